@@ -1,0 +1,427 @@
+//! The builder: every setting, its default, and validation.
+
+use std::{collections::HashMap, fmt, path::PathBuf, sync::Arc, time::Duration};
+
+use russh::keys::PrivateKey;
+
+use crate::{
+    auth::{AuthMethod, Secret},
+    error::{Error, Result},
+    executor::SshExecutor,
+    host_key::HostKeyPolicy,
+    shell::EnvPlan,
+};
+
+/// Frozen settings shared by every clone of an executor.
+#[derive(Clone)]
+pub(crate) struct Config {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) user: String,
+    pub(crate) auth: Vec<AuthMethod>,
+    pub(crate) host_key_policy: HostKeyPolicy,
+    pub(crate) workdir: Option<PathBuf>,
+    pub(crate) default_timeout: Option<Duration>,
+    pub(crate) env: EnvPlan,
+    pub(crate) max_connections: u32,
+    pub(crate) channels_per_connection: u32,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) pool_wait_timeout: Duration,
+    pub(crate) idle_timeout: Option<Duration>,
+    pub(crate) max_connection_lifetime: Option<Duration>,
+    pub(crate) keepalive_interval: Option<Duration>,
+    pub(crate) keepalive_max: usize,
+    pub(crate) kill_grace: Duration,
+    pub(crate) drain_timeout: Duration,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Env values may hold tokens: show names only. Auth methods redact themselves.
+        f.debug_struct("Config")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("user", &self.user)
+            .field("auth", &self.auth)
+            .field("host_key_policy", &self.host_key_policy)
+            .field("workdir", &self.workdir)
+            .field("default_timeout", &self.default_timeout)
+            .field("env_clear", &self.env.clear)
+            .field("env_remove", &self.env.remove)
+            .field(
+                "envs",
+                &self.env.set.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+            )
+            .field("max_connections", &self.max_connections)
+            .field("channels_per_connection", &self.channels_per_connection)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("pool_wait_timeout", &self.pool_wait_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("max_connection_lifetime", &self.max_connection_lifetime)
+            .field("keepalive_interval", &self.keepalive_interval)
+            .field("keepalive_max", &self.keepalive_max)
+            .field("kill_grace", &self.kill_grace)
+            .finish()
+    }
+}
+
+/// Builds an [`SshExecutor`]. Start with [`SshExecutor::builder`].
+///
+/// Only [`host`](Self::host) is required. Setters take and return the builder by value.
+#[derive(Clone)]
+#[must_use]
+pub struct SshExecutorBuilder {
+    host: Option<String>,
+    port: u16,
+    user: Option<String>,
+    auth: Vec<AuthMethod>,
+    host_key_policy: HostKeyPolicy,
+    workdir: Option<PathBuf>,
+    default_timeout: Option<Duration>,
+    env_clear: bool,
+    env_remove: Vec<String>,
+    envs: HashMap<String, String>,
+    max_connections: u32,
+    channels_per_connection: u32,
+    connect_timeout: Duration,
+    pool_wait_timeout: Duration,
+    idle_timeout: Option<Duration>,
+    max_connection_lifetime: Option<Duration>,
+    keepalive_interval: Option<Duration>,
+    keepalive_max: usize,
+    kill_grace: Duration,
+}
+
+impl fmt::Debug for SshExecutorBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Env values may hold tokens: show names only. Auth methods redact themselves.
+        let mut names: Vec<&String> = self.envs.keys().collect();
+        names.sort();
+        f.debug_struct("SshExecutorBuilder")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("user", &self.user)
+            .field("auth", &self.auth)
+            .field("host_key_policy", &self.host_key_policy)
+            .field("workdir", &self.workdir)
+            .field("env_clear", &self.env_clear)
+            .field("env_remove", &self.env_remove)
+            .field("envs", &names)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for SshExecutorBuilder {
+    fn default() -> Self {
+        Self {
+            host: None,
+            port: 22,
+            user: None,
+            auth: Vec::new(),
+            host_key_policy: HostKeyPolicy::default(),
+            workdir: None,
+            default_timeout: None,
+            env_clear: false,
+            env_remove: Vec::new(),
+            envs: HashMap::new(),
+            max_connections: 4,
+            channels_per_connection: 8,
+            connect_timeout: Duration::from_secs(10),
+            pool_wait_timeout: Duration::from_secs(30),
+            idle_timeout: Some(Duration::from_secs(600)),
+            max_connection_lifetime: Some(Duration::from_secs(3600)),
+            keepalive_interval: Some(Duration::from_secs(15)),
+            keepalive_max: 3,
+            kill_grace: Duration::from_secs(1),
+        }
+    }
+}
+
+impl SshExecutorBuilder {
+    /// The remote host name or IP address. Required.
+    pub fn host(mut self, host: impl Into<String>) -> Self {
+        self.host = Some(host.into());
+        self
+    }
+
+    /// The SSH port. Defaults to 22.
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = port;
+        self
+    }
+
+    /// The login user. Defaults to the local `$USER`.
+    pub fn user(mut self, user: impl Into<String>) -> Self {
+        self.user = Some(user.into());
+        self
+    }
+
+    /// Adds an unencrypted OpenSSH private key file (a leading `~/` is expanded). Methods are
+    /// tried in the order they were added. Defaults to no methods: with none configured, the
+    /// ssh-agent at `$SSH_AUTH_SOCK` is used.
+    pub fn private_key_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.auth.push(AuthMethod::KeyFile {
+            path: path.into(),
+            passphrase: None,
+        });
+        self
+    }
+
+    /// Adds a private key file encrypted with `passphrase`. The passphrase never appears in
+    /// `Debug` output or logs.
+    pub fn private_key_file_with_passphrase(
+        mut self,
+        path: impl Into<PathBuf>,
+        passphrase: impl Into<Secret>,
+    ) -> Self {
+        self.auth.push(AuthMethod::KeyFile {
+            path: path.into(),
+            passphrase: Some(passphrase.into()),
+        });
+        self
+    }
+
+    /// Adds a private key held in memory.
+    pub fn private_key(mut self, key: PrivateKey) -> Self {
+        self.auth.push(AuthMethod::Key(Arc::new(key)));
+        self
+    }
+
+    /// Adds the identities of the ssh-agent at `$SSH_AUTH_SOCK`.
+    pub fn agent(mut self) -> Self {
+        self.auth.push(AuthMethod::Agent { socket: None });
+        self
+    }
+
+    /// Adds the identities of the ssh-agent listening on `socket`.
+    pub fn agent_socket(mut self, socket: impl Into<PathBuf>) -> Self {
+        self.auth.push(AuthMethod::Agent {
+            socket: Some(socket.into()),
+        });
+        self
+    }
+
+    /// Adds password authentication. The password never appears in `Debug` output or logs.
+    pub fn password(mut self, password: impl Into<Secret>) -> Self {
+        self.auth.push(AuthMethod::Password(password.into()));
+        self
+    }
+
+    /// Adds any [`AuthMethod`].
+    pub fn auth_method(mut self, method: AuthMethod) -> Self {
+        self.auth.push(method);
+        self
+    }
+
+    /// Verifies host keys strictly against this one known_hosts file. Defaults to
+    /// `~/.ssh/known_hosts` plus `/etc/ssh/ssh_known_hosts`, strictly.
+    pub fn known_hosts_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.host_key_policy = HostKeyPolicy::Strict {
+            known_hosts: vec![path.into()],
+        };
+        self
+    }
+
+    /// Records the key of a host that `path` does not know yet, and refuses a changed key
+    /// (OpenSSH's `StrictHostKeyChecking accept-new`). Defaults to strict checking.
+    pub fn accept_new_host_keys(mut self, path: impl Into<PathBuf>) -> Self {
+        self.host_key_policy = HostKeyPolicy::AcceptNew {
+            known_hosts: vec![path.into()],
+        };
+        self
+    }
+
+    /// **Disables host-key verification.** Anyone able to intercept the connection can then
+    /// impersonate the server. Use only for throwaway test hosts; each connection logs a
+    /// warning. Defaults to strict checking.
+    pub fn insecure_accept_any_host_key(mut self) -> Self {
+        self.host_key_policy = HostKeyPolicy::InsecureAcceptAnyHostKey;
+        self
+    }
+
+    /// Sets the host-key policy directly. Defaults to [`HostKeyPolicy::default`].
+    pub fn host_key_policy(mut self, policy: HostKeyPolicy) -> Self {
+        self.host_key_policy = policy;
+        self
+    }
+
+    /// The remote working directory for commands and relative file paths; a relative value is
+    /// relative to the login directory. Defaults to the login (home) directory.
+    pub fn workdir(mut self, workdir: impl Into<PathBuf>) -> Self {
+        self.workdir = Some(workdir.into());
+        self
+    }
+
+    /// Timeout for commands that carry none. Defaults to `None` (no timeout), like
+    /// LocalExecutor.
+    pub fn default_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.default_timeout = timeout;
+        self
+    }
+
+    /// Starts commands with an empty environment (`env -i`). Defaults to `false`: commands get
+    /// the sshd login environment.
+    pub fn env_clear(mut self, clear: bool) -> Self {
+        self.env_clear = clear;
+        self
+    }
+
+    /// Variables removed from the environment (after clearing, before setting). Defaults to
+    /// none.
+    pub fn env_remove(mut self, names: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.env_remove = names.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Variables set for every command (applied last, so they win over removal). Defaults to
+    /// none. Values never appear in `Debug` output.
+    pub fn envs(
+        mut self,
+        vars: impl IntoIterator<Item = (impl Into<String>, impl Into<String>)>,
+    ) -> Self {
+        self.envs = vars
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
+        self
+    }
+
+    /// Maximum SSH connections to the host. Defaults to 4.
+    pub fn max_connections(mut self, n: u32) -> Self {
+        self.max_connections = n;
+        self
+    }
+
+    /// Maximum concurrent commands per connection. OpenSSH refuses more than `MaxSessions`
+    /// (default 10) channels per connection and frees a slot only some time after a channel
+    /// closes; the executor also needs a spare channel to kill timed-out commands and one for
+    /// SFTP. Defaults to 8.
+    pub fn channels_per_connection(mut self, n: u32) -> Self {
+        self.channels_per_connection = n;
+        self
+    }
+
+    /// Deadline for TCP connect, handshake and authentication together, and for each channel
+    /// open. Defaults to 10 seconds.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long a command waits for a free channel slot when all connections are busy.
+    /// Defaults to 30 seconds.
+    pub fn pool_wait_timeout(mut self, timeout: Duration) -> Self {
+        self.pool_wait_timeout = timeout;
+        self
+    }
+
+    /// Idle channel slots are released after this long; a connection left with no slots is
+    /// closed. Defaults to 10 minutes.
+    pub fn idle_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.idle_timeout = timeout;
+        self
+    }
+
+    /// Connections older than this take no new commands and close once idle. Defaults to 1
+    /// hour.
+    pub fn max_connection_lifetime(mut self, lifetime: Option<Duration>) -> Self {
+        self.max_connection_lifetime = lifetime;
+        self
+    }
+
+    /// Sends an SSH keepalive after this much silence from the server; after
+    /// [`keepalive_max`](Self::keepalive_max) unanswered ones the connection is dropped.
+    /// Defaults to 15 seconds (a dead server is noticed within about a minute). `None`
+    /// disables keepalives, and a frozen server can then hang a command with no timeout.
+    pub fn keepalive_interval(mut self, interval: Option<Duration>) -> Self {
+        self.keepalive_interval = interval;
+        self
+    }
+
+    /// Unanswered keepalives before the connection is declared dead. Defaults to 3.
+    pub fn keepalive_max(mut self, max: usize) -> Self {
+        self.keepalive_max = max;
+        self
+    }
+
+    /// On timeout or cancellation the remote process group gets SIGTERM, then SIGKILL if any
+    /// member is still alive after this grace period. `Duration::ZERO` sends SIGKILL at once
+    /// (LocalExecutor's behaviour). Defaults to 1 second.
+    pub fn kill_grace(mut self, grace: Duration) -> Self {
+        self.kill_grace = grace;
+        self
+    }
+
+    pub(crate) fn into_config(self) -> Result<Config> {
+        let config_error = |reason: &str| Error::Config {
+            reason: reason.to_owned(),
+        };
+        let host = self
+            .host
+            .filter(|h| !h.is_empty())
+            .ok_or_else(|| config_error("a host is required"))?;
+        let user = match self.user {
+            Some(user) => user,
+            None => std::env::var("USER")
+                .or_else(|_| std::env::var("LOGNAME"))
+                .map_err(|_| config_error("no user given and $USER is not set"))?,
+        };
+        if self.max_connections == 0 {
+            return Err(config_error("max_connections must be at least 1"));
+        }
+        if self.channels_per_connection == 0 {
+            return Err(config_error("channels_per_connection must be at least 1"));
+        }
+        let mut auth = self.auth;
+        if auth.is_empty() {
+            auth.push(AuthMethod::Agent { socket: None });
+        }
+        let mut set: Vec<(String, String)> = self.envs.into_iter().collect();
+        set.sort();
+        let env = EnvPlan {
+            clear: self.env_clear,
+            remove: self.env_remove,
+            set,
+        };
+        env.validate()?;
+        Ok(Config {
+            host,
+            port: self.port,
+            user,
+            auth,
+            host_key_policy: self.host_key_policy,
+            workdir: self.workdir,
+            default_timeout: self.default_timeout,
+            env,
+            max_connections: self.max_connections,
+            channels_per_connection: self.channels_per_connection,
+            connect_timeout: self.connect_timeout,
+            pool_wait_timeout: self.pool_wait_timeout,
+            idle_timeout: self.idle_timeout,
+            max_connection_lifetime: self.max_connection_lifetime,
+            keepalive_interval: self.keepalive_interval,
+            keepalive_max: self.keepalive_max,
+            kill_grace: self.kill_grace,
+            drain_timeout: Duration::from_secs(2),
+        })
+    }
+
+    /// Validates the settings and opens the first connection, so that a wrong host key,
+    /// refused credentials or an unreachable host fail here with a typed error.
+    ///
+    /// # Errors
+    /// [`Error::Config`] or [`Error::InvalidInput`] for bad settings; any connection error.
+    pub async fn build(self) -> Result<SshExecutor> {
+        let executor = self.build_lazy()?;
+        executor.warm_up().await?;
+        Ok(executor)
+    }
+
+    /// Validates the settings without connecting; the first command connects.
+    ///
+    /// # Errors
+    /// [`Error::Config`] or [`Error::InvalidInput`] for bad settings.
+    pub fn build_lazy(self) -> Result<SshExecutor> {
+        SshExecutor::from_config(self.into_config()?)
+    }
+}

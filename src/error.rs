@@ -1,0 +1,344 @@
+//! The crate's one error type.
+
+use std::{path::PathBuf, sync::Arc, time::Duration};
+
+/// The phase of a connection in which something went wrong.
+///
+/// Carried by [`Error::Ssh`] and [`Error::Timeout`] so that a message says *where* a failure
+/// happened, not only what it was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Phase {
+    /// Opening the TCP connection.
+    Connect,
+    /// Version exchange, key exchange and host-key verification.
+    Handshake,
+    /// User authentication.
+    Auth,
+    /// Waiting for a free channel slot in the pool.
+    PoolWait,
+    /// Opening a session channel.
+    ChannelOpen,
+    /// Sending the exec request and waiting for the server's answer.
+    Exec,
+    /// Running the command (output, exit status).
+    Command,
+    /// Killing a remote process group.
+    Kill,
+    /// An SFTP operation.
+    Sftp,
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Phase::Connect => "connect",
+            Phase::Handshake => "handshake",
+            Phase::Auth => "authentication",
+            Phase::PoolWait => "pool wait",
+            Phase::ChannelOpen => "channel open",
+            Phase::Exec => "exec request",
+            Phase::Command => "command",
+            Phase::Kill => "kill",
+            Phase::Sftp => "sftp",
+        })
+    }
+}
+
+/// Everything that can go wrong in this crate.
+///
+/// Command failures are *not* errors: a nonzero exit, a death by signal or a timeout are
+/// reported in [`Execution::status`](crate::Execution::status). These variants are about the
+/// executor, the transport and the caller's input. Messages never contain passwords, key
+/// material or file contents.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The builder was given settings that cannot work together.
+    #[error("invalid configuration: {reason}")]
+    Config {
+        /// What is wrong.
+        reason: String,
+    },
+
+    /// A command, path or environment setting cannot be passed to the remote host.
+    #[error("invalid input: {reason}")]
+    InvalidInput {
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// The TCP connection could not be established.
+    #[error("could not connect to {host}:{port}")]
+    Connect {
+        /// Destination host.
+        host: String,
+        /// Destination port.
+        port: u16,
+        /// The socket error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A phase did not finish within its deadline.
+    #[error("{phase} with {host}:{port} timed out after {after:?}")]
+    Timeout {
+        /// Destination host.
+        host: String,
+        /// Destination port.
+        port: u16,
+        /// Which phase timed out.
+        phase: Phase,
+        /// The deadline that expired.
+        after: Duration,
+    },
+
+    /// The server presented a host key that no known_hosts file lists for this host.
+    #[error(
+        "host key {fingerprint} of {host}:{port} is not in known_hosts ({files}); \
+         add it (e.g. with ssh-keyscan) or choose an accept-new policy"
+    )]
+    UnknownHostKey {
+        /// Destination host.
+        host: String,
+        /// Destination port.
+        port: u16,
+        /// SHA256 fingerprint of the presented key.
+        fingerprint: String,
+        /// The files that were consulted, comma separated.
+        files: String,
+    },
+
+    /// The server presented a host key that differs from the one on record.
+    #[error(
+        "HOST KEY MISMATCH for {host}:{port}: presented {fingerprint}, but {file}:{line} \
+         records another key (possible man-in-the-middle attack); nothing was sent"
+    )]
+    HostKeyMismatch {
+        /// Destination host.
+        host: String,
+        /// Destination port.
+        port: u16,
+        /// SHA256 fingerprint of the presented key.
+        fingerprint: String,
+        /// The known_hosts file holding the conflicting entry.
+        file: String,
+        /// 1-based line number of that entry.
+        line: usize,
+    },
+
+    /// The server presented a key that a known_hosts file marks `@revoked`.
+    #[error("host key {fingerprint} of {host}:{port} is revoked ({file}:{line})")]
+    HostKeyRevoked {
+        /// Destination host.
+        host: String,
+        /// Destination port.
+        port: u16,
+        /// SHA256 fingerprint of the presented key.
+        fingerprint: String,
+        /// The known_hosts file holding the `@revoked` line.
+        file: String,
+        /// 1-based line number of that line.
+        line: usize,
+    },
+
+    /// A known_hosts file exists but cannot be read; the connection fails closed.
+    #[error("cannot read known_hosts file {}", path.display())]
+    KnownHosts {
+        /// The file.
+        path: PathBuf,
+        /// The read error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A private key file could not be loaded.
+    #[error("cannot load private key {}: {reason}", path.display())]
+    KeyFile {
+        /// The key file.
+        path: PathBuf,
+        /// Why (never includes the passphrase).
+        reason: String,
+    },
+
+    /// The ssh-agent could not be used.
+    #[error("ssh-agent: {reason}")]
+    Agent {
+        /// Why.
+        reason: String,
+    },
+
+    /// The server refused every configured authentication method.
+    #[error(
+        "authentication of {user}@{host}:{port} refused; tried: {tried}; \
+         server accepts: {remaining}"
+    )]
+    AuthRejected {
+        /// Login user.
+        user: String,
+        /// Destination host.
+        host: String,
+        /// Destination port.
+        port: u16,
+        /// The methods tried, in order (e.g. `publickey (/home/me/.ssh/id_ed25519)`).
+        tried: String,
+        /// The methods the server said may continue.
+        remaining: String,
+    },
+
+    /// An SSH protocol or transport failure.
+    #[error("ssh {phase} with {host}:{port} failed")]
+    Ssh {
+        /// Destination host.
+        host: String,
+        /// Destination port.
+        port: u16,
+        /// Which phase failed.
+        phase: Phase,
+        /// The russh error.
+        #[source]
+        source: russh::Error,
+    },
+
+    /// The server refused to open a session channel, even after retries.
+    ///
+    /// OpenSSH refuses channels beyond `MaxSessions` (10 by default) per connection.
+    #[error("{host}:{port} refused to open a channel after {attempts} attempts")]
+    ChannelRefused {
+        /// Destination host.
+        host: String,
+        /// Destination port.
+        port: u16,
+        /// How many opens were tried.
+        attempts: u32,
+    },
+
+    /// The server refused the exec request (a forced-command or SFTP-only account, say).
+    #[error("{host}:{port} refused to execute the command")]
+    ExecRefused {
+        /// Destination host.
+        host: String,
+        /// Destination port.
+        port: u16,
+    },
+
+    /// The connection broke while a command was running.
+    ///
+    /// There is no way to tell how far the command got: it **may have run**, partly or
+    /// completely. It is never re-sent.
+    #[error(
+        "connection to {host}:{port} was lost while the command was running; \
+         the command may have run"
+    )]
+    ConnectionLost {
+        /// Destination host.
+        host: String,
+        /// Destination port.
+        port: u16,
+    },
+
+    /// No channel slot became free within the pool's wait timeout.
+    #[error("no connection to {host}:{port} became available within {waited:?}{}",
+        last_error.as_ref().map(|e| format!("; last connection attempt: {e}")).unwrap_or_default())]
+    PoolTimeout {
+        /// Destination host.
+        host: String,
+        /// Destination port.
+        port: u16,
+        /// The wait timeout.
+        waited: Duration,
+        /// The most recent dial error, if the pool failed to grow.
+        last_error: Option<Arc<Error>>,
+    },
+
+    /// An SFTP operation on a remote path failed.
+    #[error("sftp {operation} `{path}` on {host}: {reason}")]
+    Sftp {
+        /// Destination host.
+        host: String,
+        /// The operation (`open`, `read`, `write`, `rename`, ...).
+        operation: &'static str,
+        /// The remote path, lossily decoded.
+        path: String,
+        /// The server's or the transport's reason.
+        reason: String,
+        /// The SFTP status when the server sent one.
+        status: Option<SftpStatus>,
+    },
+
+    /// The executor was closed with [`SshExecutor::close`](crate::SshExecutor::close).
+    #[error("the executor is closed")]
+    Closed,
+}
+
+/// The SFTP status codes a failed file operation can carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SftpStatus {
+    /// `SSH_FX_NO_SUCH_FILE`.
+    NoSuchFile,
+    /// `SSH_FX_PERMISSION_DENIED`.
+    PermissionDenied,
+    /// `SSH_FX_FAILURE`: the server gives no detail (a directory read as a file, say).
+    Failure,
+    /// Any other status.
+    Other,
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn display_names_place_and_reason_and_keeps_cause_in_source() {
+        let e = Error::Connect {
+            host: "h".into(),
+            port: 22,
+            source: std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused"),
+        };
+        assert_eq!(e.to_string(), "could not connect to h:22");
+        assert!(e.source().is_some_and(|s| s.to_string() == "refused"));
+
+        let e = Error::Timeout {
+            host: "h".into(),
+            port: 2,
+            phase: Phase::Auth,
+            after: Duration::from_secs(1),
+        };
+        assert_eq!(e.to_string(), "authentication with h:2 timed out after 1s");
+
+        let e = Error::ConnectionLost {
+            host: "h".into(),
+            port: 22,
+        };
+        assert!(e.to_string().contains("may have run"));
+
+        let inner = Arc::new(Error::Closed);
+        let e = Error::PoolTimeout {
+            host: "h".into(),
+            port: 22,
+            waited: Duration::from_secs(3),
+            last_error: Some(inner),
+        };
+        assert_eq!(
+            e.to_string(),
+            "no connection to h:22 became available within 3s; last connection attempt: the executor is closed"
+        );
+        let e = Error::AuthRejected {
+            user: "u".into(),
+            host: "h".into(),
+            port: 22,
+            tried: "password".into(),
+            remaining: "publickey".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "authentication of u@h:22 refused; tried: password; server accepts: publickey"
+        );
+        assert!(e.source().is_none());
+    }
+}

@@ -1,0 +1,358 @@
+//! Running one remote command: the driver task, the caller's read loop, and the kill.
+//!
+//! Each command gets a *driver* task that owns its pool slot and its channel for the whole
+//! life of the command. The driver drains the channel into an unbounded queue as fast as data
+//! arrives, because russh delivers every channel of a connection through one loop: a channel
+//! left unread would stall every other command on the connection, keepalives included. The
+//! caller's future only reads that queue, feeds the sink, and enforces the timeout.
+//!
+//! When the caller times out, or its future is dropped, the driver kills the remote process
+//! group from a second channel and keeps draining until the server closes the channel, so the
+//! slot is released cleanly. A command is sent at most once: nothing is retried after the
+//! exec request has left.
+
+use std::{sync::Arc, time::Duration};
+
+use tokio::{
+    io::AsyncWriteExt,
+    sync::{mpsc, oneshot},
+    time::Instant,
+};
+
+use crate::{
+    builder::Config,
+    error::{Error, Phase, Result},
+    executor::Inner,
+    output::{Execution, ExitStatus, OutputChunk, OutputSink},
+    pool::{self, Counters},
+    session::Session,
+    shell::{self, MarkerParser},
+};
+
+/// A fully prepared command.
+#[derive(Debug)]
+pub(crate) struct ExecRequest {
+    /// The exec request text (see [`shell::wrapper`]).
+    pub(crate) wrapper: Vec<u8>,
+    /// Bytes for the command's stdin, followed by EOF.
+    pub(crate) stdin: Vec<u8>,
+    /// The stderr marker prefix the wrapper prints with its pgid.
+    pub(crate) marker: String,
+}
+
+enum Event {
+    Output(OutputChunk),
+    Finished(Result<ExitStatus>),
+}
+
+/// Runs `request`, streaming output to `sink`, and returns when the command has ended or the
+/// timeout has expired (after the kill and a bounded drain).
+///
+/// # Cancel safety
+/// Dropping the future kills the remote process group in the background (best effort: it
+/// needs the connection to be alive).
+pub(crate) async fn execute(
+    inner: &Arc<Inner>,
+    request: ExecRequest,
+    timeout: Option<Duration>,
+    sink: &mut OutputSink<'_>,
+) -> Result<Execution> {
+    let started = std::time::Instant::now();
+    let (events_tx, mut events) = mpsc::unbounded_channel();
+    let (kill_tx, kill_rx) = oneshot::channel::<()>();
+    inner
+        .registry
+        .counters
+        .commands
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    tokio::spawn(drive(inner.clone(), request, events_tx, kill_rx));
+
+    let mut chunks = Vec::new();
+    let deadline = timeout.map(|t| Instant::now() + t);
+    let finished = loop {
+        let event = match deadline {
+            Some(deadline) => match tokio::time::timeout_at(deadline, events.recv()).await {
+                Ok(event) => event,
+                Err(_) => break None,
+            },
+            None => events.recv().await,
+        };
+        match event {
+            Some(Event::Output(chunk)) => {
+                sink(&chunk);
+                chunks.push(chunk);
+            }
+            Some(Event::Finished(result)) => break Some(result),
+            None => break Some(Err(driver_vanished(&inner.config))),
+        }
+    };
+
+    let status = match finished {
+        Some(result) => result?,
+        None => {
+            let timeout = timeout.unwrap_or_default();
+            let _ = kill_tx.send(());
+            // Like LocalExecutor, collect what arrives while the group dies, but bounded: a
+            // process that escaped the group (setsid) may hold the channel open.
+            let drain_until =
+                Instant::now() + inner.config.kill_grace + inner.config.drain_timeout;
+            let mut confirmed_dead = false;
+            loop {
+                match tokio::time::timeout_at(drain_until, events.recv()).await {
+                    Ok(Some(Event::Output(chunk))) => {
+                        sink(&chunk);
+                        chunks.push(chunk);
+                    }
+                    Ok(Some(Event::Finished(result))) => {
+                        confirmed_dead = result.is_ok();
+                        break;
+                    }
+                    Ok(None) | Err(_) => break,
+                }
+            }
+            ExitStatus::TimedOut {
+                timeout,
+                confirmed_dead,
+            }
+        }
+    };
+    Ok(Execution {
+        host: inner.config.host.clone(),
+        chunks,
+        status,
+        duration: started.elapsed(),
+    })
+}
+
+fn driver_vanished(config: &Config) -> Error {
+    Error::ConnectionLost {
+        host: config.host.clone(),
+        port: config.port,
+    }
+}
+
+async fn drive(
+    inner: Arc<Inner>,
+    request: ExecRequest,
+    events: mpsc::UnboundedSender<Event>,
+    mut kill: oneshot::Receiver<()>,
+) {
+    let result = drive_command(&inner, request, &events, &mut kill).await;
+    let _ = events.send(Event::Finished(result));
+}
+
+async fn drive_command(
+    inner: &Arc<Inner>,
+    request: ExecRequest,
+    events: &mpsc::UnboundedSender<Event>,
+    kill: &mut oneshot::Receiver<()>,
+) -> Result<ExitStatus> {
+    let config = &inner.config;
+    // Waiting for a slot is abortable: nothing has been sent yet.
+    let acquired = tokio::select! {
+        biased;
+        _ = &mut *kill => return Ok(ExitStatus::Unknown),
+        acquired = acquire_channel(inner) => acquired,
+    };
+    let (mut slot, mut channel) = acquired?;
+    if !matches!(kill.try_recv(), Err(oneshot::error::TryRecvError::Empty)) {
+        // Timed out or cancelled while the channel was opening: close it unused.
+        let _ = channel.close().await;
+        return Ok(ExitStatus::Unknown);
+    }
+
+    if let Err(source) = channel.exec(true, request.wrapper).await {
+        slot.mark_broken();
+        return Err(Error::Ssh {
+            host: config.host.clone(),
+            port: config.port,
+            phase: Phase::Exec,
+            source,
+        });
+    }
+    // From here on the command may be running: it is never sent again.
+    if request.stdin.is_empty() {
+        let _ = channel.eof().await;
+    } else {
+        // Written concurrently with the read loop: an interpreter that exits without reading
+        // its whole body must not stall us (nor fail the command, as LocalExecutor does).
+        let mut writer = channel.make_writer();
+        let body = request.stdin;
+        tokio::spawn(async move {
+            let _ = writer.write_all(&body).await;
+            let _ = writer.shutdown().await;
+        });
+    }
+
+    let session = slot.session.clone();
+    let mut marker = MarkerParser::new(&request.marker);
+    let mut pgid: Option<u32> = None;
+    let mut kill_wanted = false;
+    let mut kill_sent = false;
+    let mut give_up_at: Option<Instant> = None;
+    let mut status: Option<ExitStatus> = None;
+    let mut replied = false;
+    let mut closed = false;
+    let send = |chunk: OutputChunk| {
+        let _ = events.send(Event::Output(chunk));
+    };
+
+    loop {
+        let give_up = async {
+            match give_up_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            // Fires on an explicit kill (timeout) and when the caller's future is dropped.
+            _ = &mut *kill, if !kill_wanted => {
+                kill_wanted = true;
+                give_up_at = Some(Instant::now() + config.kill_grace + config.drain_timeout
+                    + config.connect_timeout);
+            }
+            message = channel.wait() => match message {
+                Some(russh::ChannelMsg::Data { data }) => send(OutputChunk::Stdout(data)),
+                Some(russh::ChannelMsg::ExtendedData { data, .. }) => {
+                    let (found, parts) = marker.feed(data);
+                    if found.is_some() {
+                        pgid = found;
+                    }
+                    parts.into_iter().for_each(|part| send(OutputChunk::Stderr(part)));
+                }
+                Some(russh::ChannelMsg::ExitStatus { exit_status }) => {
+                    status = Some(ExitStatus::Code(exit_status));
+                }
+                Some(russh::ChannelMsg::ExitSignal { signal_name, core_dumped, .. }) => {
+                    status = Some(ExitStatus::Signal {
+                        name: signal_text(&signal_name),
+                        core_dumped,
+                    });
+                }
+                Some(russh::ChannelMsg::Success) => replied = true,
+                Some(russh::ChannelMsg::Failure) if !replied => {
+                    let _ = channel.close().await;
+                    return Err(Error::ExecRefused { host: config.host.clone(), port: config.port });
+                }
+                Some(russh::ChannelMsg::Close) | None => {
+                    closed = true;
+                    break;
+                }
+                Some(_) => {}
+            },
+            _ = give_up => {
+                tracing::warn!(host = %config.host, ?pgid,
+                    "channel still open after the kill; closing it (a process may have left the group)");
+                let _ = channel.close().await;
+                break;
+            }
+        }
+        if kill_wanted && !kill_sent {
+            if let Some(pgid) = pgid {
+                kill_sent = true;
+                spawn_kill(session.clone(), config.clone(), inner.registry.clone(), pgid);
+            } else if status.is_some() {
+                kill_sent = true;
+            }
+        }
+    }
+    marker
+        .give_up()
+        .into_iter()
+        .for_each(|part| send(OutputChunk::Stderr(part)));
+    if kill_wanted && !kill_sent {
+        tracing::warn!(host = %config.host, "command ended before its process group was known");
+    }
+
+    match status {
+        Some(status) => Ok(status),
+        None if closed && !session.is_dead() => Ok(ExitStatus::Unknown),
+        None => {
+            slot.mark_broken();
+            Err(Error::ConnectionLost {
+                host: config.host.clone(),
+                port: config.port,
+            })
+        }
+    }
+}
+
+type PooledSlot = bb8::PooledConnection<'static, pool::SlotManager>;
+
+/// Gets a slot and opens a channel on it. A connection that keeps refusing channels is left
+/// for another slot once; the exec request has not been sent, so this is safe.
+async fn acquire_channel(
+    inner: &Arc<Inner>,
+) -> Result<(PooledSlot, russh::Channel<russh::client::Msg>)> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let mut slot = inner.acquire_slot().await?;
+        match slot.open_channel().await {
+            Ok(channel) => return Ok((slot, channel)),
+            Err(Error::ChannelRefused { .. }) if attempt < 2 => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn signal_text(signal: &russh::Sig) -> String {
+    match signal {
+        russh::Sig::Custom(name) => name.clone(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// Kills process group `pgid` from a new channel on `session`, in the background.
+fn spawn_kill(
+    session: Arc<Session>,
+    config: Arc<Config>,
+    registry: Arc<pool::Registry>,
+    pgid: u32,
+) {
+    registry
+        .counters
+        .kills
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    tokio::spawn(async move {
+        if let Err(error) = kill_group(&session, &config, &registry.counters, pgid).await {
+            tracing::warn!(host = %config.host, pgid, %error, "killing the remote process group failed");
+        }
+    });
+}
+
+async fn kill_group(session: &Session, config: &Config, counters: &Counters, pgid: u32) -> Result<()> {
+    tracing::debug!(host = %config.host, pgid, grace = ?config.kill_grace, "killing remote process group");
+    let mut channel = pool::open_channel(session, config, counters).await?;
+    channel
+        .exec(true, shell::kill_request(pgid, config.kill_grace))
+        .await
+        .map_err(|source| Error::Ssh {
+            host: config.host.clone(),
+            port: config.port,
+            phase: Phase::Kill,
+            source,
+        })?;
+    let _ = channel.eof().await;
+    // Drain to the server's close so the channel is released properly.
+    let limit = config.kill_grace + config.connect_timeout;
+    let drained = tokio::time::timeout(limit, async {
+        while let Some(message) = channel.wait().await {
+            if matches!(message, russh::ChannelMsg::Close) {
+                break;
+            }
+        }
+    })
+    .await;
+    if drained.is_err() {
+        let _ = channel.close().await;
+        return Err(Error::Timeout {
+            host: config.host.clone(),
+            port: config.port,
+            phase: Phase::Kill,
+            after: limit,
+        });
+    }
+    Ok(())
+}

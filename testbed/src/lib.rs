@@ -1,0 +1,915 @@
+#![warn(missing_docs)]
+//! Starts real OpenSSH `sshd` processes on loopback for integration tests.
+//!
+//! Each [`Testbed`] owns a private temporary directory with a freshly generated host key,
+//! an `sshd_config`, an `authorized_keys` file, a `known_hosts` file and client keys, and
+//! runs `/usr/sbin/sshd -D` on an ephemeral port of `127.0.0.1`. Tests connect to
+//! [`Testbed::host`]:[`Testbed::port`] as [`Testbed::user`] with
+//! [`Testbed::private_key_path`] and verify the server with
+//! [`Testbed::known_hosts_path`]. Dropping the testbed kills sshd (including every
+//! per-connection process) and removes its files.
+//!
+//! Many testbeds may run at once, in one test process or in several.
+//!
+//! Requirements: Linux (`/proc`), the OpenSSH server (`apt-get install -y
+//! openssh-server`) and client (`ssh-keygen`, `ssh`). As root, the harness creates
+//! sshd's privilege separation directory `/run/sshd` when missing; without root it can
+//! only log in as the current user.
+//!
+//! ```
+//! use swiftide_ssh_testbed::Testbed;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let testbed = Testbed::start()?;
+//! let output = testbed.run("echo hello")?;
+//! assert!(output.status.success());
+//! assert_eq!(String::from_utf8_lossy(&output.stdout), "hello\n");
+//! # Ok(())
+//! # }
+//! ```
+
+mod config;
+mod error;
+mod process;
+mod system;
+
+use std::fs;
+use std::io::Read;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+pub use error::TestbedError;
+
+/// The environment variable sshd sets (to `1`) in every session of a testbed, via
+/// `SetEnv`. Lets tests check that a command really ran through the testbed's sshd.
+pub const TESTBED_ENV_VAR: &str = "SWIFTIDE_SSH_TESTBED";
+
+/// The environment variable sshd sets in every session of a testbed to that testbed's
+/// [id](Testbed::id). Dropping the testbed kills every process that still carries it
+/// (for example commands a test left running in the background).
+pub const TESTBED_ID_ENV_VAR: &str = "SWIFTIDE_SSH_TESTBED_ID";
+
+/// The account used by [`TestbedBuilder::unprivileged_user`].
+pub const UNPRIVILEGED_USER: &str = "swiftide-ssh-test";
+
+/// The passphrase of [`Testbed::encrypted_private_key_path`].
+pub const KEY_PASSPHRASE: &str = "correct horse battery staple";
+
+/// The password of [`UNPRIVILEGED_USER`] (see [`TestbedBuilder::password_auth`]).
+pub const USER_PASSWORD: &str = "testbed-password-123";
+
+/// The environment variable that overrides the sshd binary (an absolute path).
+pub const SSHD_PATH_ENV_VAR: &str = "SWIFTIDE_SSH_TESTBED_SSHD";
+
+/// Where sshd is looked for unless [`SSHD_PATH_ENV_VAR`] says otherwise.
+pub const DEFAULT_SSHD_PATH: &str = "/usr/sbin/sshd";
+
+/// sshd's privilege separation directory (needed when it runs as root).
+const PRIVSEP_DIR: &str = "/run/sshd";
+
+/// How long sshd may take to accept connections.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How many ephemeral ports are tried when sshd cannot bind one.
+const PORT_ATTEMPTS: u32 = 5;
+
+/// How many times a restart on the same port is tried when the port is busy.
+const RESTART_ATTEMPTS: u32 = 3;
+
+/// Configures a [`Testbed`]; created by [`Testbed::builder`].
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct TestbedBuilder {
+    unprivileged: bool,
+    max_sessions: u32,
+    max_startups: String,
+    listen_address: IpAddr,
+    port: Option<u16>,
+    password_auth: bool,
+    extra_lines: Vec<String>,
+}
+
+impl Default for TestbedBuilder {
+    fn default() -> Self {
+        Self {
+            unprivileged: false,
+            max_sessions: 10,
+            max_startups: "10:30:100".to_owned(),
+            listen_address: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            port: None,
+            password_auth: false,
+            extra_lines: Vec::new(),
+        }
+    }
+}
+
+impl TestbedBuilder {
+    /// Log in as [`UNPRIVILEGED_USER`] instead of the current user.
+    ///
+    /// Requires root: the account is created when missing (`useradd --create-home
+    /// --shell /bin/sh`) and its password is set to [`USER_PASSWORD`] with `chpasswd`
+    /// (sshd without PAM refuses accounts whose password is locked, as a fresh account's
+    /// is). The [scratch directory](Testbed::scratch_dir) is owned by that user.
+    ///
+    /// Defaults to the current user (root in CI containers).
+    pub fn unprivileged_user(mut self) -> Self {
+        self.unprivileged = true;
+        self
+    }
+
+    /// sshd's `MaxSessions`: how many sessions (channels) one connection may open.
+    ///
+    /// Defaults to 10.
+    pub fn max_sessions(mut self, n: u32) -> Self {
+        self.max_sessions = n;
+        self
+    }
+
+    /// sshd's `MaxStartups` (`start:rate:full`): how many unauthenticated connections
+    /// sshd accepts at once.
+    ///
+    /// Defaults to `"10:30:100"`.
+    pub fn max_startups(mut self, spec: impl Into<String>) -> Self {
+        self.max_startups = spec.into();
+        self
+    }
+
+    /// The address sshd listens on (and that [`Testbed::host`] returns).
+    ///
+    /// Defaults to `127.0.0.1`.
+    pub fn listen_address(mut self, addr: IpAddr) -> Self {
+        self.listen_address = addr;
+        self
+    }
+
+    /// The port sshd listens on. With a fixed port, start-up fails if the port is busy.
+    ///
+    /// Defaults to an ephemeral free port (picked by binding port 0 and releasing it;
+    /// if sshd then fails to bind it because another process grabbed it meanwhile, a new
+    /// port is tried, up to 5 times).
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = Some(port);
+        self
+    }
+
+    /// sshd's `PasswordAuthentication`. When enabled, `PermitRootLogin` becomes `yes`
+    /// (otherwise `prohibit-password`). Only [`UNPRIVILEGED_USER`] has a known password
+    /// ([`USER_PASSWORD`]).
+    ///
+    /// Defaults to `false`.
+    pub fn password_auth(mut self, enabled: bool) -> Self {
+        self.password_auth = enabled;
+        self
+    }
+
+    /// Appends raw lines (the string may contain several, separated by newlines) to the
+    /// generated `sshd_config`.
+    ///
+    /// sshd keeps the *first* value of most keywords, so a global line (one not inside a
+    /// `Match` block) whose keyword the harness also sets (`MaxSessions`,
+    /// `PasswordAuthentication`, `Subsystem sftp`, `LogLevel`, ...) replaces the
+    /// harness's line; global `SetEnv` lines are merged into the harness's `SetEnv` (sshd
+    /// only honours the first one). `Port`, `ListenAddress`, `HostKey` and `AllowUsers`
+    /// lines add to the harness's values. `Match` blocks must come last, so pass them in
+    /// the last calls.
+    ///
+    /// Defaults to no extra lines.
+    pub fn sshd_config_line(mut self, line: impl Into<String>) -> Self {
+        self.extra_lines.push(line.into());
+        self
+    }
+
+    /// Sets up the keys, accounts and configuration, starts sshd and waits until it
+    /// sends its SSH banner.
+    ///
+    /// # Errors
+    ///
+    /// [`TestbedError::SshdNotFound`] without an sshd binary,
+    /// [`TestbedError::NotRoot`] for [`TestbedBuilder::unprivileged_user`] without root,
+    /// [`TestbedError::MissingPrivsepDir`] when `/run/sshd` is missing and cannot be
+    /// created, [`TestbedError::StartFailed`] (with sshd's log) when sshd exits or does
+    /// not answer within 10 s, [`TestbedError::Command`]/[`TestbedError::Io`] when a
+    /// helper command or file operation fails.
+    pub fn start(self) -> Result<Testbed, TestbedError> {
+        Testbed::launch_new(self)
+    }
+}
+
+/// The files of a testbed.
+#[derive(Debug)]
+struct Paths {
+    config: PathBuf,
+    log: PathBuf,
+    stderr: PathBuf,
+    pid: PathBuf,
+    host_key: PathBuf,
+    authorized_keys: PathBuf,
+    known_hosts: PathBuf,
+    client_key: PathBuf,
+    encrypted_key: PathBuf,
+    unauthorized_key: PathBuf,
+}
+
+impl Paths {
+    fn new(dir: &Path) -> Self {
+        Self {
+            config: dir.join("sshd_config"),
+            log: dir.join("sshd.log"),
+            stderr: dir.join("sshd.stderr"),
+            pid: dir.join("sshd.pid"),
+            host_key: dir.join("ssh_host_ed25519_key"),
+            authorized_keys: dir.join("authorized_keys"),
+            known_hosts: dir.join("known_hosts"),
+            client_key: dir.join("id_ed25519"),
+            encrypted_key: dir.join("id_ed25519_encrypted"),
+            unauthorized_key: dir.join("id_ed25519_unauthorized"),
+        }
+    }
+}
+
+/// A running sshd listener and its watchdog. Dropping it kills the listener and every
+/// process below it.
+#[derive(Debug)]
+struct Running {
+    child: Child,
+    watchdog: Option<Child>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(watchdog) = self.watchdog.take() {
+            process::stop_watchdog(watchdog);
+        }
+        // A listener that already exited (and was reaped) must not be signalled: its
+        // pid may have been reused.
+        if !matches!(self.child.try_wait(), Ok(Some(_))) {
+            process::kill_tree(&mut self.child);
+        }
+    }
+}
+
+/// Why one start attempt failed.
+enum LaunchError {
+    /// sshd could not bind the port.
+    AddrInUse(TestbedError),
+    Other(TestbedError),
+}
+
+/// A real OpenSSH server on loopback, for tests. See the [crate documentation](crate).
+///
+/// Dropping it kills sshd, every process still running in one of its sessions (found by
+/// [`TESTBED_ID_ENV_VAR`] in their environment, so this includes background commands
+/// whose connection is gone), and removes its directories. Best effort, never panics.
+#[derive(Debug)]
+pub struct Testbed {
+    settings: TestbedBuilder,
+    id: String,
+    sshd: PathBuf,
+    port: u16,
+    user: String,
+    root_login: bool,
+    host_public_key: String,
+    paths: Paths,
+    running: Option<Running>,
+    pid: u32,
+    scratch: TempDir,
+    dir: TempDir,
+}
+
+impl Testbed {
+    /// Starts a testbed with the default settings (`Testbed::builder().start()`).
+    ///
+    /// # Errors
+    ///
+    /// See [`TestbedBuilder::start`].
+    pub fn start() -> Result<Testbed, TestbedError> {
+        Self::builder().start()
+    }
+
+    /// A builder for a testbed with non-default settings.
+    pub fn builder() -> TestbedBuilder {
+        TestbedBuilder::default()
+    }
+
+    /// A unique name of this testbed (the name of its [directory](Testbed::dir)); every
+    /// session's environment has `SWIFTIDE_SSH_TESTBED_ID=<id>` (see
+    /// [`TESTBED_ID_ENV_VAR`]).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The address to connect to, as text (`"127.0.0.1"` by default).
+    pub fn host(&self) -> String {
+        self.settings.listen_address.to_string()
+    }
+
+    /// The port sshd listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The user to log in as: the current user, or [`UNPRIVILEGED_USER`].
+    pub fn user(&self) -> &str {
+        &self.user
+    }
+
+    /// Whether [`Testbed::user`] is root.
+    pub fn is_root_login(&self) -> bool {
+        self.root_login
+    }
+
+    /// An unencrypted ed25519 client key (OpenSSH format, mode 0600, `.pub` next to it)
+    /// that is authorized for [`Testbed::user`].
+    pub fn private_key_path(&self) -> &Path {
+        &self.paths.client_key
+    }
+
+    /// An ed25519 client key encrypted with [`KEY_PASSPHRASE`] (bcrypt-pbkdf with 4
+    /// rounds rather than ssh-keygen's default 16, to keep unoptimised clients fast),
+    /// authorized for [`Testbed::user`].
+    pub fn encrypted_private_key_path(&self) -> &Path {
+        &self.paths.encrypted_key
+    }
+
+    /// A valid, unencrypted ed25519 client key that is *not* authorized (for
+    /// authentication failure tests).
+    pub fn unauthorized_private_key_path(&self) -> &Path {
+        &self.paths.unauthorized_key
+    }
+
+    /// A `known_hosts` file with the single line `[127.0.0.1]:PORT ssh-ed25519 AAAA...`
+    /// (OpenSSH format; without brackets if the port is 22).
+    pub fn known_hosts_path(&self) -> &Path {
+        &self.paths.known_hosts
+    }
+
+    /// The host's public key as `ssh-ed25519 AAAA...` (no comment). It stays the same
+    /// across [`Testbed::restart`].
+    pub fn host_public_key(&self) -> &str {
+        &self.host_public_key
+    }
+
+    /// The testbed's private directory (keys, `sshd_config`, `sshd.log`, ...).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A fresh, empty directory under `/tmp`, owned by and writable for
+    /// [`Testbed::user`]; removed when the testbed is dropped. Put remote files here.
+    pub fn scratch_dir(&self) -> &Path {
+        self.scratch.path()
+    }
+
+    /// The contents of sshd's log file (`LogLevel VERBOSE`, appended to across
+    /// restarts).
+    pub fn sshd_log(&self) -> String {
+        fs::read(&self.paths.log)
+            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// The pid of the sshd listener (of the last one, once stopped).
+    pub fn sshd_pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The OpenSSH client, ready to run `remote_command` on the testbed as
+    /// [`Testbed::user`] with [`Testbed::private_key_path`], strict host key checking
+    /// against [`Testbed::known_hosts_path`], batch mode (no prompts) and no user or
+    /// system `ssh_config`. Standard input defaults to `/dev/null`; override it (and add
+    /// options) as needed before spawning.
+    ///
+    /// This lets tests inspect the server independently of the code under test.
+    pub fn ssh_command(&self, remote_command: &str) -> Command {
+        let mut command = Command::new("ssh");
+        command
+            .arg("-F")
+            .arg("/dev/null")
+            .arg("-i")
+            .arg(&self.paths.client_key)
+            .arg("-p")
+            .arg(self.port.to_string())
+            .arg("-o")
+            .arg(format!(
+                "UserKnownHostsFile={}",
+                self.paths.known_hosts.display()
+            ))
+            .args([
+                "-o",
+                "GlobalKnownHostsFile=/dev/null",
+                "-o",
+                "StrictHostKeyChecking=yes",
+                "-o",
+                "UpdateHostKeys=no",
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "IdentitiesOnly=yes",
+                "-o",
+                "KexAlgorithms=curve25519-sha256",
+                "-o",
+                "ConnectTimeout=10",
+                "--",
+            ])
+            .arg(format!("{}@{}", self.user, self.host()))
+            .arg(remote_command)
+            .stdin(Stdio::null());
+        command
+    }
+
+    /// Runs [`Testbed::ssh_command`] and returns its output, whatever its exit status
+    /// (ssh exits with 255 on connection or authentication errors, otherwise with the
+    /// remote command's status).
+    ///
+    /// # Errors
+    ///
+    /// [`TestbedError::Io`] if `ssh` cannot be run.
+    pub fn run(&self, remote_command: &str) -> Result<Output, TestbedError> {
+        self.ssh_command(remote_command)
+            .output()
+            .map_err(|e| TestbedError::io("running ssh (is openssh-client installed?)", e))
+    }
+
+    /// Kills (SIGKILL) the listener and every process below it — the per-connection
+    /// sshd processes and the commands they run — and waits for them, so that existing
+    /// connections drop. Does nothing if already stopped.
+    pub fn stop(&mut self) {
+        self.running = None;
+    }
+
+    /// Starts sshd again (stopping it first if it runs) on the same port, with the same
+    /// host key, users and configuration.
+    ///
+    /// # Errors
+    ///
+    /// [`TestbedError::StartFailed`] (with sshd's log) if sshd does not come up, e.g.
+    /// because another process took the port meanwhile (3 attempts, 200 ms apart).
+    pub fn restart(&mut self) -> Result<(), TestbedError> {
+        self.stop();
+        self.launch(false)
+    }
+
+    /// Makes the server a silent peer: SIGSTOP the listener and every per-connection
+    /// sshd process. Open connections stay open but get no answers; new connections are
+    /// accepted by the kernel but never see a banner. Undo with [`Testbed::thaw`].
+    ///
+    /// # Errors
+    ///
+    /// [`TestbedError::NotRunning`] after [`Testbed::stop`];
+    /// [`TestbedError::Command`] if the listener cannot be signalled.
+    pub fn freeze(&self) -> Result<(), TestbedError> {
+        let pid = self.running_pid()?;
+        process::signal("STOP", &[pid])?;
+        process::stop_sshd_descendants(pid);
+        Ok(())
+    }
+
+    /// Resumes (SIGCONT) the processes stopped by [`Testbed::freeze`].
+    ///
+    /// # Errors
+    ///
+    /// [`TestbedError::NotRunning`] after [`Testbed::stop`];
+    /// [`TestbedError::Command`] if the listener cannot be signalled.
+    pub fn thaw(&self) -> Result<(), TestbedError> {
+        let pid = self.running_pid()?;
+        // Best effort for connection processes: they may exit at any time.
+        let _ = process::signal("CONT", &process::sshd_descendants(pid));
+        process::signal("CONT", &[pid])
+    }
+
+    /// The pids of the living per-connection sshd processes: the sshd processes below
+    /// the listener (found through the parent pids in `/proc/*/stat`, recursively,
+    /// including the privilege-separated children). Empty when stopped.
+    pub fn connection_pids(&self) -> Vec<u32> {
+        match &self.running {
+            Some(running) => process::sshd_descendants(running.child.id()),
+            None => Vec::new(),
+        }
+    }
+
+    /// `SWIFTIDE_SSH_TESTBED_ID=<id>`
+    fn env_entry(&self) -> String {
+        format!("{TESTBED_ID_ENV_VAR}={}", self.id)
+    }
+
+    fn running_pid(&self) -> Result<u32, TestbedError> {
+        self.running
+            .as_ref()
+            .map(|running| running.child.id())
+            .ok_or(TestbedError::NotRunning)
+    }
+
+    fn launch_new(settings: TestbedBuilder) -> Result<Testbed, TestbedError> {
+        let sshd = sshd_path()?;
+        let uid = system::effective_uid()?;
+        if uid == 0 {
+            ensure_privsep_dir()?;
+        }
+        let (user, root_login) = if settings.unprivileged {
+            if uid != 0 {
+                return Err(TestbedError::NotRoot {
+                    what: format!("logging in as the unprivileged user {UNPRIVILEGED_USER}"),
+                });
+            }
+            let user_uid = system::ensure_unprivileged_user()?;
+            (UNPRIVILEGED_USER.to_owned(), user_uid == 0)
+        } else {
+            (system::user_name(uid)?, uid == 0)
+        };
+
+        let dir = tempfile::Builder::new()
+            .prefix("swiftide-ssh-testbed-")
+            .tempdir_in("/tmp")
+            .map_err(|e| TestbedError::io("creating the testbed directory in /tmp", e))?;
+        // The login user must be able to read authorized_keys (sshd reads it with the
+        // user's privileges).
+        system::chmod(dir.path(), 0o755)?;
+        let paths = Paths::new(dir.path());
+        let id = dir
+            .path()
+            .file_name()
+            .map(|name| name.to_string_lossy().into_owned())
+            .unwrap_or_default();
+
+        let host_key = system::generate_key(&paths.host_key, "swiftide-ssh-testbed-host")?;
+        let host_public_key = host_key
+            .public
+            .split_whitespace()
+            .take(2)
+            .collect::<Vec<_>>()
+            .join(" ");
+        let keys = system::client_keys()?;
+        keys.plain.write(&paths.client_key)?;
+        keys.encrypted.write(&paths.encrypted_key)?;
+        keys.unauthorized.write(&paths.unauthorized_key)?;
+        let authorized = format!("{}\n{}\n", keys.plain.public, keys.encrypted.public);
+        system::write_file(&paths.authorized_keys, authorized.as_bytes(), 0o644)?;
+        // In case the umask made it stricter.
+        system::chmod(&paths.authorized_keys, 0o644)?;
+
+        let scratch = tempfile::Builder::new()
+            .prefix("swiftide-ssh-scratch-")
+            .tempdir_in("/tmp")
+            .map_err(|e| TestbedError::io("creating the scratch directory in /tmp", e))?;
+        system::chmod(scratch.path(), 0o755)?;
+        if uid == 0 && user != "root" {
+            system::chown(scratch.path(), &user)?;
+        }
+
+        let mut testbed = Testbed {
+            port: settings.port.unwrap_or(0),
+            settings,
+            id,
+            sshd,
+            user,
+            root_login,
+            host_public_key,
+            paths,
+            running: None,
+            pid: 0,
+            scratch,
+            dir,
+        };
+        let ephemeral = testbed.settings.port.is_none();
+        testbed.launch(ephemeral)?;
+        Ok(testbed)
+    }
+
+    /// Writes the configuration and starts sshd, on a new ephemeral port (retrying on
+    /// bind failures) or on `self.port`.
+    fn launch(&mut self, ephemeral: bool) -> Result<(), TestbedError> {
+        let attempts = if ephemeral {
+            PORT_ATTEMPTS
+        } else {
+            RESTART_ATTEMPTS
+        };
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            if ephemeral {
+                self.port = free_port(self.settings.listen_address)?;
+            }
+            self.write_config()?;
+            match self.spawn_and_wait() {
+                Ok(running) => {
+                    self.pid = running.child.id();
+                    self.running = Some(running);
+                    return self.write_known_hosts();
+                }
+                Err(LaunchError::AddrInUse(_)) if attempt < attempts => {
+                    if !ephemeral {
+                        thread::sleep(Duration::from_millis(200));
+                    }
+                }
+                Err(LaunchError::AddrInUse(e) | LaunchError::Other(e)) => return Err(e),
+            }
+        }
+    }
+
+    fn write_config(&self) -> Result<(), TestbedError> {
+        let text = config::render(&config::ConfigParams {
+            port: self.port,
+            listen_address: self.host(),
+            host_key: &self.paths.host_key.to_string_lossy(),
+            pid_file: &self.paths.pid.to_string_lossy(),
+            authorized_keys: &self.paths.authorized_keys.to_string_lossy(),
+            password_auth: self.settings.password_auth,
+            max_sessions: self.settings.max_sessions,
+            max_startups: &self.settings.max_startups,
+            user: &self.user,
+            testbed_id: &self.id,
+            extra_lines: &self.settings.extra_lines,
+        });
+        system::write_file(&self.paths.config, text.as_bytes(), 0o644)
+    }
+
+    fn write_known_hosts(&self) -> Result<(), TestbedError> {
+        let host = self.host();
+        let pattern = if self.port == 22 {
+            host
+        } else {
+            format!("[{host}]:{}", self.port)
+        };
+        let line = format!("{pattern} {}\n", self.host_public_key);
+        system::write_file(&self.paths.known_hosts, line.as_bytes(), 0o644)
+    }
+
+    /// Log output (sshd.log and sshd's stderr) written after the given offsets.
+    fn log_since(&self, log_offset: u64, stderr_offset: u64) -> String {
+        let mut text = read_from(&self.paths.log, log_offset);
+        let stderr = read_from(&self.paths.stderr, stderr_offset);
+        if !stderr.trim().is_empty() {
+            text.push_str("\n[sshd stderr]\n");
+            text.push_str(&stderr);
+        }
+        text
+    }
+
+    /// Starts sshd once and waits until it is ready.
+    fn spawn_and_wait(&self) -> Result<Running, LaunchError> {
+        let log_offset = file_len(&self.paths.log);
+        let stderr_offset = file_len(&self.paths.stderr);
+        let stderr = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.paths.stderr)
+            .map_err(|e| {
+                LaunchError::Other(TestbedError::io(
+                    format!("opening {}", self.paths.stderr.display()),
+                    e,
+                ))
+            })?;
+        let child = Command::new(&self.sshd)
+            .arg("-D")
+            .arg("-e")
+            .arg("-f")
+            .arg(&self.paths.config)
+            .arg("-E")
+            .arg(&self.paths.log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .map_err(|e| {
+                LaunchError::Other(TestbedError::io(
+                    format!("starting {}", self.sshd.display()),
+                    e,
+                ))
+            })?;
+        let watchdog = process::spawn_watchdog(
+            child.id(),
+            &self.env_entry(),
+            &[self.dir.path(), self.scratch.path()],
+        );
+        let mut running = Running { child, watchdog };
+        let addr = SocketAddr::new(self.settings.listen_address, self.port);
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            match running.child.try_wait() {
+                Ok(None) => {}
+                Ok(Some(status)) => {
+                    let log = self.log_since(log_offset, stderr_offset);
+                    return Err(classify_exit(&status.to_string(), log));
+                }
+                Err(e) => {
+                    return Err(LaunchError::Other(TestbedError::io("waiting for sshd", e)));
+                }
+            }
+            // "Server listening on" proves that *this* sshd bound the port (a banner
+            // alone could come from another process that grabbed it).
+            if read_from(&self.paths.log, log_offset).contains("Server listening on")
+                && probe_banner(addr)
+            {
+                break;
+            }
+            if Instant::now() > deadline {
+                drop(running);
+                return Err(LaunchError::Other(TestbedError::StartFailed {
+                    reason: format!(
+                        "sshd did not send its banner on {addr} within {} s",
+                        READY_TIMEOUT.as_secs()
+                    ),
+                    log: self.log_since(log_offset, stderr_offset),
+                }));
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        // Let the probe's per-connection process exit, so that connection_pids() starts
+        // out empty.
+        let pid = running.child.id();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while !process::sshd_descendants(pid).is_empty() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(5));
+        }
+        Ok(running)
+    }
+}
+
+impl Drop for Testbed {
+    fn drop(&mut self) {
+        self.stop();
+        // Commands that sessions left behind (reparented away from sshd).
+        if !self.id.is_empty() {
+            process::kill_by_env(&self.env_entry());
+        }
+        // The temporary directories remove themselves (errors ignored).
+    }
+}
+
+/// Turns an early sshd exit into an error.
+fn classify_exit(status: &str, log: String) -> LaunchError {
+    if log.contains("Address already in use") {
+        LaunchError::AddrInUse(TestbedError::StartFailed {
+            reason: format!("sshd could not bind its port ({status})"),
+            log,
+        })
+    } else if log.contains("Missing privilege separation directory") {
+        LaunchError::Other(TestbedError::MissingPrivsepDir {
+            path: PathBuf::from(PRIVSEP_DIR),
+        })
+    } else {
+        LaunchError::Other(TestbedError::StartFailed {
+            reason: format!("sshd exited with {status}"),
+            log,
+        })
+    }
+}
+
+/// The sshd binary: [`SSHD_PATH_ENV_VAR`] or [`DEFAULT_SSHD_PATH`], made absolute (sshd
+/// refuses to run from a relative path).
+fn sshd_path() -> Result<PathBuf, TestbedError> {
+    let path = std::env::var_os(SSHD_PATH_ENV_VAR)
+        .filter(|p| !p.is_empty())
+        .map_or_else(|| PathBuf::from(DEFAULT_SSHD_PATH), PathBuf::from);
+    if !path.is_file() {
+        return Err(TestbedError::SshdNotFound { path });
+    }
+    if path.is_absolute() {
+        Ok(path)
+    } else {
+        fs::canonicalize(&path)
+            .map_err(|e| TestbedError::io(format!("resolving {}", path.display()), e))
+    }
+}
+
+/// Creates `/run/sshd` (root only) if missing.
+fn ensure_privsep_dir() -> Result<(), TestbedError> {
+    let path = Path::new(PRIVSEP_DIR);
+    if path.is_dir() {
+        return Ok(());
+    }
+    let missing = || TestbedError::MissingPrivsepDir {
+        path: path.to_owned(),
+    };
+    match fs::create_dir_all(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(_) => return Err(missing()),
+    }
+    system::chmod(path, 0o755).map_err(|_| missing())?;
+    if path.is_dir() {
+        Ok(())
+    } else {
+        Err(missing())
+    }
+}
+
+/// A port that is free right now on `addr`.
+fn free_port(addr: IpAddr) -> Result<u16, TestbedError> {
+    let listener = TcpListener::bind(SocketAddr::new(addr, 0))
+        .map_err(|e| TestbedError::io(format!("binding {addr}:0 to find a free port"), e))?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| TestbedError::io("reading the bound port", e))?
+        .port();
+    Ok(port)
+}
+
+/// Connects and waits for the `SSH-2.0-` banner.
+fn probe_banner(addr: SocketAddr) -> bool {
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else {
+        return false;
+    };
+    if stream
+        .set_read_timeout(Some(Duration::from_secs(1)))
+        .is_err()
+    {
+        return false;
+    }
+    let mut received = Vec::new();
+    let mut chunk = [0u8; 256];
+    while received.len() < 8192 {
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => {
+                received.extend_from_slice(chunk.get(..n).unwrap_or_default());
+                if received.windows(8).any(|w| w == b"SSH-2.0-") {
+                    return true;
+                }
+            }
+        }
+    }
+    false
+}
+
+fn file_len(path: &Path) -> u64 {
+    fs::metadata(path).map_or(0, |m| m.len())
+}
+
+/// The contents of a file from `offset` on, lossily decoded; empty if unreadable.
+fn read_from(path: &Path, offset: u64) -> String {
+    let Ok(bytes) = fs::read(path) else {
+        return String::new();
+    };
+    let start = usize::try_from(offset).unwrap_or(usize::MAX);
+    String::from_utf8_lossy(bytes.get(start..).unwrap_or_default()).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn testbed_is_send_and_sync() {
+        assert_send_sync::<Testbed>();
+        assert_send_sync::<TestbedError>();
+    }
+
+    #[test]
+    fn watchdog_kills_sshd_when_the_test_process_goes_away() {
+        let mut testbed = Testbed::start().unwrap();
+        let mut ssh = testbed
+            .ssh_command("echo started; sleep 30")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = [0u8; 8];
+        ssh.stdout.as_mut().unwrap().read_exact(&mut first).unwrap();
+        assert_eq!(&first, b"started\n");
+        let listener = testbed.sshd_pid();
+        let connections = testbed.connection_pids();
+        assert!(!connections.is_empty());
+        // A background command whose session is over: no longer below the listener.
+        let output = testbed
+            .run("sleep 60 >/dev/null 2>&1 </dev/null & echo $!")
+            .unwrap();
+        let orphan: u32 = String::from_utf8_lossy(&output.stdout)
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(process::is_alive(orphan));
+
+        // Simulate the test process dying: its end of the watchdog's pipe closes.
+        let running = testbed.running.as_mut().unwrap();
+        process::trigger_watchdog(running.watchdog.take().unwrap());
+        process::wait_gone(&connections, Duration::from_secs(5));
+        let status = ssh.wait().unwrap();
+        assert!(!status.success());
+        assert!(connections.iter().all(|&pid| !process::is_alive(pid)));
+        process::wait_gone(&[orphan], Duration::from_secs(5));
+        assert!(!process::is_alive(orphan));
+        // ...and removes the directories.
+        assert!(!testbed.dir().exists());
+        assert!(!testbed.scratch_dir().exists());
+        // The listener was killed too (it is a zombie until reaped by stop()).
+        assert!(!process::is_alive(listener));
+        testbed.stop();
+    }
+
+    #[test]
+    fn missing_sshd_is_reported_with_a_hint() {
+        let err = TestbedError::SshdNotFound {
+            path: PathBuf::from("/nonexistent/sshd"),
+        };
+        let message = err.to_string();
+        assert!(message.contains("/nonexistent/sshd"));
+        assert!(message.contains("apt-get install -y openssh-server"));
+    }
+}

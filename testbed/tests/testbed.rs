@@ -1,0 +1,599 @@
+//! Integration tests: real sshd processes, checked with the OpenSSH client.
+
+use std::ffi::OsString;
+use std::fs;
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use swiftide_ssh_testbed::{
+    KEY_PASSPHRASE, TESTBED_ENV_VAR, TESTBED_ID_ENV_VAR, Testbed, TestbedError, UNPRIVILEGED_USER,
+    USER_PASSWORD,
+};
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[track_caller]
+fn assert_ok(output: &Output) {
+    assert!(
+        output.status.success(),
+        "status {:?}\nstdout: {}\nstderr: {}",
+        output.status,
+        stdout(output),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// An `SSH_ASKPASS` program that prints `secret`, for prompts that BatchMode forbids.
+fn askpass_script(dir: &Path, name: &str, secret: &str) -> PathBuf {
+    let path = dir.join(name);
+    fs::write(&path, format!("#!/bin/sh\nprintf '%s\\n' '{secret}'\n")).unwrap();
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o700)).unwrap();
+    path
+}
+
+fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn runs_commands_with_the_testbed_environment() {
+    let testbed = Testbed::start().unwrap();
+    assert_eq!(testbed.host(), "127.0.0.1");
+    assert_ne!(testbed.port(), 0);
+    assert_ok(&testbed.run("true").unwrap());
+
+    let output = testbed.run("echo hello").unwrap();
+    assert_ok(&output);
+    assert_eq!(stdout(&output), "hello\n");
+
+    let output = testbed.run("env").unwrap();
+    assert_ok(&output);
+    assert!(
+        stdout(&output)
+            .lines()
+            .any(|line| line == format!("{TESTBED_ENV_VAR}=1")),
+        "{}",
+        stdout(&output)
+    );
+
+    let output = testbed.run("exit 3").unwrap();
+    assert_eq!(output.status.code(), Some(3));
+
+    assert!(testbed.sshd_log().contains("Server listening on"));
+    assert!(testbed.sshd_log().contains("Accepted publickey"));
+}
+
+#[test]
+fn files_and_keys_are_laid_out_as_documented() {
+    let testbed = Testbed::start().unwrap();
+    let known_hosts = fs::read_to_string(testbed.known_hosts_path()).unwrap();
+    assert_eq!(
+        known_hosts,
+        format!(
+            "[127.0.0.1]:{} {}\n",
+            testbed.port(),
+            testbed.host_public_key()
+        )
+    );
+    assert!(testbed.host_public_key().starts_with("ssh-ed25519 AAAA"));
+    assert_eq!(testbed.host_public_key().split(' ').count(), 2);
+
+    for key in [
+        testbed.private_key_path(),
+        testbed.encrypted_private_key_path(),
+        testbed.unauthorized_private_key_path(),
+    ] {
+        let mode = fs::metadata(key).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}", key.display());
+        assert!(key.starts_with(testbed.dir()));
+    }
+
+    let scratch = testbed.scratch_dir().to_owned();
+    assert!(scratch.starts_with("/tmp"));
+    assert_eq!(fs::read_dir(&scratch).unwrap().count(), 0);
+    assert_ok(
+        &testbed
+            .run(&format!("echo data > {}/file", scratch.display()))
+            .unwrap(),
+    );
+    assert_eq!(fs::read_to_string(scratch.join("file")).unwrap(), "data\n");
+
+    let dir = testbed.dir().to_owned();
+    drop(testbed);
+    assert!(!dir.exists());
+    assert!(!scratch.exists());
+}
+
+#[test]
+fn encrypted_key_needs_the_passphrase() {
+    let testbed = Testbed::start().unwrap();
+    let key = testbed.encrypted_private_key_path();
+
+    // The passphrase decrypts the key...
+    let derived = Command::new("ssh-keygen")
+        .args(["-y", "-P", KEY_PASSPHRASE, "-f"])
+        .arg(key)
+        .output()
+        .unwrap();
+    assert_ok(&derived);
+    assert!(stdout(&derived).starts_with("ssh-ed25519 "));
+    // ...and nothing else does.
+    let wrong = Command::new("ssh-keygen")
+        .args(["-y", "-P", "wrong", "-f"])
+        .arg(key)
+        .output()
+        .unwrap();
+    assert!(!wrong.status.success());
+    let empty = Command::new("ssh-keygen")
+        .args(["-y", "-P", "", "-f"])
+        .arg(key)
+        .output()
+        .unwrap();
+    assert!(!empty.status.success());
+
+    // Logging in with it works when the client knows the passphrase.
+    let askpass = askpass_script(testbed.dir(), "askpass-key", KEY_PASSPHRASE);
+    let output = Command::new("ssh")
+        .args(["-F", "/dev/null", "-i"])
+        .arg(key)
+        .arg("-p")
+        .arg(testbed.port().to_string())
+        .arg("-o")
+        .arg(format!(
+            "UserKnownHostsFile={}",
+            testbed.known_hosts_path().display()
+        ))
+        .args([
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            "PasswordAuthentication=no",
+            "-o",
+            "KbdInteractiveAuthentication=no",
+        ])
+        .arg(format!("{}@{}", testbed.user(), testbed.host()))
+        .arg("echo encrypted")
+        .env("SSH_ASKPASS", &askpass)
+        .env("SSH_ASKPASS_REQUIRE", "force")
+        .env("DISPLAY", ":0")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_ok(&output);
+    assert_eq!(stdout(&output), "encrypted\n");
+}
+
+#[test]
+fn unauthorized_key_is_refused() {
+    let testbed = Testbed::start().unwrap();
+    let mut command = Command::new("ssh");
+    command
+        .args(["-F", "/dev/null", "-i"])
+        .arg(testbed.unauthorized_private_key_path())
+        .arg("-p")
+        .arg(testbed.port().to_string())
+        .arg("-o")
+        .arg(format!(
+            "UserKnownHostsFile={}",
+            testbed.known_hosts_path().display()
+        ))
+        .args([
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "IdentitiesOnly=yes",
+        ])
+        .arg(format!("{}@{}", testbed.user(), testbed.host()))
+        .arg("true")
+        .env_remove("SSH_AUTH_SOCK")
+        .stdin(Stdio::null());
+    let output = command.output().unwrap();
+    assert_eq!(output.status.code(), Some(255));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("Permission denied"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+fn alive(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| !stat.contains(") Z "))
+}
+
+#[test]
+fn drop_kills_commands_left_running_in_the_background() {
+    let testbed = Testbed::start().unwrap();
+    let output = testbed
+        .run("sleep 60 >/dev/null 2>&1 </dev/null & echo $!")
+        .unwrap();
+    assert_ok(&output);
+    let pid: u32 = stdout(&output).trim().parse().unwrap();
+    assert!(alive(pid));
+    let environ = fs::read(format!("/proc/{pid}/environ")).unwrap();
+    let entry = format!("{TESTBED_ID_ENV_VAR}={}", testbed.id());
+    assert!(
+        environ
+            .split(|&b| b == 0)
+            .any(|var| var == entry.as_bytes())
+    );
+    // The session is over: the command is no longer below the listener.
+    wait_until("the session to end", || {
+        testbed.connection_pids().is_empty()
+    });
+    assert!(alive(pid));
+
+    drop(testbed);
+    assert!(!alive(pid));
+}
+
+#[test]
+fn restart_keeps_port_and_host_key() {
+    let mut testbed = Testbed::start().unwrap();
+    let port = testbed.port();
+    let host_key = testbed.host_public_key().to_owned();
+    let first_pid = testbed.sshd_pid();
+    assert_ok(&testbed.run("true").unwrap());
+
+    testbed.stop();
+    let stat = fs::read_to_string(format!("/proc/{first_pid}/stat")).unwrap_or_default();
+    assert!(!stat.contains("(sshd)"), "listener survived: {stat}");
+    let output = testbed.run("true").unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(255),
+        "connected to a stopped sshd"
+    );
+    assert!(testbed.connection_pids().is_empty());
+    assert!(matches!(testbed.freeze(), Err(TestbedError::NotRunning)));
+
+    testbed.restart().unwrap();
+    assert_eq!(testbed.port(), port);
+    assert_eq!(testbed.host_public_key(), host_key);
+    assert_ne!(testbed.sshd_pid(), first_pid);
+    // Strict host key checking against the same known_hosts file.
+    let output = testbed.run("echo again").unwrap();
+    assert_ok(&output);
+    assert_eq!(stdout(&output), "again\n");
+
+    // Restarting a running testbed works too.
+    testbed.restart().unwrap();
+    assert_eq!(testbed.port(), port);
+    assert_ok(&testbed.run("true").unwrap());
+}
+
+#[test]
+fn stop_drops_existing_connections() {
+    let mut testbed = Testbed::start().unwrap();
+    assert!(testbed.connection_pids().is_empty());
+    let mut ssh = testbed
+        .ssh_command("echo started; sleep 60")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 8];
+    ssh.stdout.as_mut().unwrap().read_exact(&mut first).unwrap();
+    assert_eq!(&first, b"started\n");
+    // One process for a root login (sshd skips the privilege-separated child for
+    // root), two (monitor and session process) for other users.
+    let connections = testbed.connection_pids();
+    assert!(!connections.is_empty());
+
+    let started = Instant::now();
+    testbed.stop();
+    let status = ssh.wait().unwrap();
+    assert!(!status.success());
+    assert!(started.elapsed() < Duration::from_secs(5));
+    for pid in connections {
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        assert!(
+            stat.is_empty() || stat.contains(") Z "),
+            "connection process {pid} survived: {stat}"
+        );
+    }
+}
+
+#[test]
+fn freeze_makes_a_silent_peer_and_thaw_resumes() {
+    let testbed = Testbed::start().unwrap();
+    let mut ssh = testbed
+        .ssh_command("read line; echo got $line")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the session is up.
+    wait_until("the session", || !testbed.connection_pids().is_empty());
+    wait_until("the session's command", || {
+        testbed.sshd_log().contains("Starting session")
+    });
+
+    testbed.freeze().unwrap();
+    let state = |pid: u32| {
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        stat.rsplit(')')
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(state(testbed.sshd_pid()), "T");
+    for pid in testbed.connection_pids() {
+        assert_eq!(state(pid), "T", "pid {pid}");
+    }
+
+    // A new connection gets no banner while frozen.
+    let mut stream =
+        std::net::TcpStream::connect((testbed.host().as_str(), testbed.port())).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let err = stream.read(&mut buf).unwrap_err();
+    assert!(matches!(
+        err.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    ));
+
+    // The existing session does not answer either.
+    {
+        use std::io::Write;
+        ssh.stdin.take().unwrap().write_all(b"ping\n").unwrap();
+    }
+    thread::sleep(Duration::from_millis(200));
+    assert!(ssh.try_wait().unwrap().is_none());
+
+    testbed.thaw().unwrap();
+    assert_ne!(state(testbed.sshd_pid()), "T");
+    let output = ssh.wait_with_output().unwrap();
+    assert_ok(&output);
+    assert_eq!(stdout(&output), "got ping\n");
+    // The banner arrives now.
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let n = stream.read(&mut buf).unwrap();
+    assert!(buf[..n].starts_with(b"SSH-2.0-"));
+    drop(stream);
+    assert_ok(&testbed.run("true").unwrap());
+}
+
+#[test]
+fn unprivileged_user_logs_in_with_key_and_password() {
+    let testbed = Testbed::builder()
+        .unprivileged_user()
+        .password_auth(true)
+        .start()
+        .unwrap();
+    assert_eq!(testbed.user(), UNPRIVILEGED_USER);
+    assert!(!testbed.is_root_login());
+
+    let output = testbed.run("id -u").unwrap();
+    assert_ok(&output);
+    let uid: u32 = stdout(&output).trim().parse().unwrap();
+    assert_ne!(uid, 0);
+    let output = testbed.run("id -un").unwrap();
+    assert_eq!(stdout(&output).trim(), UNPRIVILEGED_USER);
+
+    // The scratch directory belongs to the user.
+    assert_eq!(fs::metadata(testbed.scratch_dir()).unwrap().uid(), uid);
+    let file = testbed.scratch_dir().join("owned");
+    assert_ok(&testbed.run(&format!("touch {}", file.display())).unwrap());
+    assert_eq!(fs::metadata(&file).unwrap().uid(), uid);
+    // But it cannot write elsewhere as root could.
+    assert!(
+        !testbed
+            .run("touch /root/forbidden")
+            .unwrap()
+            .status
+            .success()
+    );
+
+    // A non-root session has a privileged monitor and a privilege-separated child;
+    // stop() kills both and the command.
+    let mut testbed = testbed;
+    let mut ssh = testbed
+        .ssh_command("echo started; sleep 60")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 8];
+    ssh.stdout.as_mut().unwrap().read_exact(&mut first).unwrap();
+    let connections = testbed.connection_pids();
+    assert!(connections.len() >= 2, "{connections:?}");
+    testbed.stop();
+    assert!(!ssh.wait().unwrap().success());
+    assert!(testbed.run("true").unwrap().status.code() == Some(255));
+    testbed.restart().unwrap();
+    assert_ok(&testbed.run("true").unwrap());
+
+    // Password authentication.
+    let askpass = askpass_script(testbed.dir(), "askpass-password", USER_PASSWORD);
+    let output = Command::new("ssh")
+        .args(["-F", "/dev/null", "-p"])
+        .arg(testbed.port().to_string())
+        .arg("-o")
+        .arg(format!(
+            "UserKnownHostsFile={}",
+            testbed.known_hosts_path().display()
+        ))
+        .args([
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "PubkeyAuthentication=no",
+            "-o",
+            "PreferredAuthentications=password",
+            "-o",
+            "NumberOfPasswordPrompts=1",
+        ])
+        .arg(format!("{}@{}", testbed.user(), testbed.host()))
+        .arg("echo password-ok")
+        .env("SSH_ASKPASS", &askpass)
+        .env("SSH_ASKPASS_REQUIRE", "force")
+        .env("DISPLAY", ":0")
+        .env_remove("SSH_AUTH_SOCK")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_ok(&output);
+    assert_eq!(stdout(&output), "password-ok\n");
+}
+
+#[test]
+fn unprivileged_testbeds_start_concurrently() {
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            thread::spawn(|| {
+                let testbed = Testbed::builder().unprivileged_user().start().unwrap();
+                let output = testbed.run("id -un").unwrap();
+                assert_ok(&output);
+                assert_eq!(stdout(&output).trim(), UNPRIVILEGED_USER);
+                testbed.port()
+            })
+        })
+        .collect();
+    let mut ports: Vec<u16> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    ports.sort_unstable();
+    ports.dedup();
+    assert_eq!(ports.len(), 4);
+}
+
+#[test]
+fn builder_settings_reach_sshd() {
+    let testbed = Testbed::builder()
+        .max_sessions(1)
+        .max_startups("3:50:6")
+        .sshd_config_line("SetEnv EXTRA_VAR=extra")
+        .start()
+        .unwrap();
+    let config = fs::read_to_string(testbed.dir().join("sshd_config")).unwrap();
+    assert!(config.lines().any(|l| l == "MaxSessions 1"), "{config}");
+    assert!(
+        config.lines().any(|l| l == "MaxStartups 3:50:6"),
+        "{config}"
+    );
+    let output = testbed
+        .run("echo $EXTRA_VAR $SWIFTIDE_SSH_TESTBED")
+        .unwrap();
+    assert_ok(&output);
+    assert_eq!(stdout(&output), "extra 1\n");
+
+    // MaxSessions 1: a second session on one multiplexed connection is refused.
+    let control = testbed.dir().join("control");
+    let control_path = format!("ControlPath={}", control.display());
+    // [options.., "--", "user@host", "sleep 30"]: mux options must precede "--".
+    let base: Vec<OsString> = testbed
+        .ssh_command("sleep 30")
+        .get_args()
+        .map(ToOwned::to_owned)
+        .collect();
+    let mut master = Command::new("ssh")
+        .args(["-o", "ControlMaster=yes", "-o", &control_path])
+        .args(&base)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until("the control socket", || control.exists());
+    let output = Command::new("ssh")
+        .args(["-o", "ControlMaster=no", "-o", &control_path])
+        .args(&base[..base.len() - 1])
+        .arg("echo second")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    // The server refuses the second session on the shared connection (ssh then falls
+    // back to a connection of its own, so the command itself still runs).
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("Session open refused by peer"), "{stderr}");
+    master.kill().unwrap();
+    master.wait().unwrap();
+}
+
+#[test]
+fn fixed_port_and_port_conflicts() {
+    let first = Testbed::start().unwrap();
+    // A fixed port that is taken fails with the log attached.
+    let err = Testbed::builder().port(first.port()).start().unwrap_err();
+    match &err {
+        TestbedError::StartFailed { log, .. } => {
+            assert!(log.contains("Address already in use"), "{log}")
+        }
+        other => panic!("unexpected error: {other}"),
+    }
+    assert!(err.to_string().contains("Address already in use"));
+
+    // A free fixed port works.
+    let port = first.port();
+    drop(first);
+    let second = Testbed::builder().port(port).start().unwrap();
+    assert_eq!(second.port(), port);
+    assert_ok(&second.run("true").unwrap());
+}
+
+#[test]
+fn many_testbeds_in_parallel() {
+    let handles: Vec<_> = (0..8)
+        .map(|i| {
+            thread::spawn(move || {
+                let testbed = Testbed::start().unwrap();
+                let output = testbed.run(&format!("echo {i}")).unwrap();
+                assert_ok(&output);
+                assert_eq!(stdout(&output), format!("{i}\n"));
+                testbed.host_public_key().to_owned()
+            })
+        })
+        .collect();
+    let mut keys: Vec<String> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), 8, "each testbed has its own host key");
+}
+
+#[test]
+fn missing_sshd_binary_is_reported() {
+    // Exercised through the Display text only: setting the environment variable would
+    // affect concurrently running tests.
+    let err = TestbedError::SshdNotFound {
+        path: PathBuf::from("/usr/sbin/sshd"),
+    };
+    assert_eq!(
+        err.to_string(),
+        "OpenSSH server not found at /usr/sbin/sshd; install it with \
+         `apt-get install -y openssh-server`, or set SWIFTIDE_SSH_TESTBED_SSHD to the \
+         absolute path of an sshd binary"
+    );
+}
+
+#[test]
+fn ipv6_loopback() {
+    if std::net::TcpListener::bind("[::1]:0").is_err() {
+        eprintln!("skipping: no IPv6 loopback");
+        return;
+    }
+    let testbed = Testbed::builder()
+        .listen_address("::1".parse().unwrap())
+        .start()
+        .unwrap();
+    assert_eq!(testbed.host(), "::1");
+    let known_hosts = fs::read_to_string(testbed.known_hosts_path()).unwrap();
+    assert!(known_hosts.starts_with(&format!("[::1]:{} ", testbed.port())));
+    let output = testbed.run("echo v6").unwrap();
+    assert_ok(&output);
+    assert_eq!(stdout(&output), "v6\n");
+}
