@@ -38,7 +38,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         Err(_) => {
             let testbed = swiftide_ssh_testbed::Testbed::start()?;
-            println!("started a local sshd testbed on {}:{}", testbed.host(), testbed.port());
+            println!(
+                "started a local sshd testbed on {}:{}",
+                testbed.host(),
+                testbed.port()
+            );
             let builder = SshExecutor::builder()
                 .host(testbed.host())
                 .port(testbed.port())
@@ -48,7 +52,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             (builder, Some(testbed))
         }
     };
-    let executor = builder.default_timeout(Some(Duration::from_secs(30))).build().await?;
+    let executor = builder
+        .default_timeout(Some(Duration::from_secs(30)))
+        .build()
+        .await?;
 
     // 1. Stream output as it arrives.
     println!("$ for i in 1 2 3; do echo step $i; sleep 0.3; done");
@@ -65,7 +72,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
 
     // 2. A failing command keeps its output.
-    match executor.exec_cmd(&Command::shell("echo oops >&2; exit 3")).await {
+    match executor
+        .exec_cmd(&Command::shell("echo oops >&2; exit 3"))
+        .await
+    {
         Err(CommandError::NonZeroExit(output)) => println!("nonzero exit, output: {output}"),
         other => println!("unexpected: {other:?}"),
     }

@@ -94,8 +94,7 @@ pub(crate) async fn execute(
             let _ = kill_tx.send(());
             // Like LocalExecutor, collect what arrives while the group dies, but bounded: a
             // process that escaped the group (setsid) may hold the channel open.
-            let drain_until =
-                Instant::now() + inner.config.kill_grace + inner.config.drain_timeout;
+            let drain_until = Instant::now() + inner.config.kill_grace + inner.config.drain_timeout;
             let mut confirmed_dead = false;
             loop {
                 match tokio::time::timeout_at(drain_until, events.recv()).await {
@@ -251,7 +250,12 @@ async fn drive_command(
         if kill_wanted && !kill_sent {
             if let Some(pgid) = pgid {
                 kill_sent = true;
-                spawn_kill(session.clone(), config.clone(), inner.registry.clone(), pgid);
+                spawn_kill(
+                    session.clone(),
+                    config.clone(),
+                    inner.registry.clone(),
+                    pgid,
+                );
             } else if status.is_some() {
                 kill_sent = true;
             }
@@ -322,7 +326,12 @@ fn spawn_kill(
     });
 }
 
-async fn kill_group(session: &Session, config: &Config, counters: &Counters, pgid: u32) -> Result<()> {
+async fn kill_group(
+    session: &Session,
+    config: &Config,
+    counters: &Counters,
+    pgid: u32,
+) -> Result<()> {
     tracing::debug!(host = %config.host, pgid, grace = ?config.kill_grace, "killing remote process group");
     let mut channel = pool::open_channel(session, config, counters).await?;
     channel

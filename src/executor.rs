@@ -246,7 +246,10 @@ impl SshExecutor {
         inner: &Arc<Inner>,
     ) -> Result<bb8::PooledConnection<'static, SlotManager>> {
         let state = inner.pool.state();
-        inner.registry.dial_if_needed(state.idle_connections).await?;
+        inner
+            .registry
+            .dial_if_needed(state.idle_connections)
+            .await?;
         inner.pool.get_owned().await.map_err(|e| match e {
             bb8::RunError::User(e) => e,
             bb8::RunError::TimedOut => Error::PoolTimeout {

@@ -87,7 +87,10 @@ impl ClientHandler {
                 return Ok(());
             }
             HostKeyPolicy::Strict { known_hosts } | HostKeyPolicy::AcceptNew { known_hosts } => {
-                known_hosts.iter().map(|p| expand_home(p)).collect::<Vec<_>>()
+                known_hosts
+                    .iter()
+                    .map(|p| expand_home(p))
+                    .collect::<Vec<_>>()
             }
         };
         let loaded = {
@@ -183,8 +186,9 @@ impl russh::client::Handler for ClientHandler {
             // Host certificates are not negotiated (russh leaves them off by default), so
             // one arriving here is unexpected: refuse rather than skip the CA check.
             PublicKeyOrCertificate::Certificate(_) => Err(HandlerError::HostKey(Error::Config {
-                reason: "the server offered a host certificate; host certificates are not supported"
-                    .to_owned(),
+                reason:
+                    "the server offered a host certificate; host certificates are not supported"
+                        .to_owned(),
             })),
         }
     }

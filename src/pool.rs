@@ -123,7 +123,9 @@ impl Registry {
         sessions.retain(|s| {
             let finished = (s.is_dead() || s.is_retired()) && s.slots.load(Ordering::Acquire) == 0;
             if finished {
-                self.counters.sessions_closed.fetch_add(1, Ordering::Relaxed);
+                self.counters
+                    .sessions_closed
+                    .fetch_add(1, Ordering::Relaxed);
                 spawn_disconnect(s.clone());
             }
             !finished
@@ -300,7 +302,9 @@ pub(crate) async fn open_channel(
         {
             Ok(Ok(channel)) => return Ok(channel),
             Ok(Err(russh::Error::ChannelOpenFailure(_))) if attempt < ATTEMPTS => {
-                counters.channel_open_retries.fetch_add(1, Ordering::Relaxed);
+                counters
+                    .channel_open_retries
+                    .fetch_add(1, Ordering::Relaxed);
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_millis(50));
             }
@@ -332,7 +336,11 @@ pub(crate) async fn open_channel(
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let left = self.session.slots.fetch_sub(1, Ordering::AcqRel).saturating_sub(1);
+        let left = self
+            .session
+            .slots
+            .fetch_sub(1, Ordering::AcqRel)
+            .saturating_sub(1);
         if left == 0 {
             // The last slot of a connection went (idle reaping, retirement or breakage):
             // close the connection instead of keeping an unused one open.

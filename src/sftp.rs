@@ -16,12 +16,14 @@ use crate::{
 };
 
 fn path_text(path: &Path) -> Result<String> {
-    path.to_str().map(str::to_owned).ok_or_else(|| Error::InvalidInput {
-        reason: format!(
-            "path {} is not valid UTF-8, which SFTP cannot carry",
-            path.display()
-        ),
-    })
+    path.to_str()
+        .map(str::to_owned)
+        .ok_or_else(|| Error::InvalidInput {
+            reason: format!(
+                "path {} is not valid UTF-8, which SFTP cannot carry",
+                path.display()
+            ),
+        })
 }
 
 fn status_of(error: &SftpError) -> Option<SftpStatus> {
@@ -117,7 +119,11 @@ impl SshExecutor {
     pub async fn write_file_bytes(&self, path: &Path, content: &[u8]) -> Result<()> {
         let text = path_text(path)?;
         let sftp = self.sftp().await?;
-        if let Some(parent) = path.parent().and_then(Path::to_str).filter(|p| !p.is_empty()) {
+        if let Some(parent) = path
+            .parent()
+            .and_then(Path::to_str)
+            .filter(|p| !p.is_empty())
+        {
             create_dir_all(&sftp, parent).await;
         }
         let mut file = sftp

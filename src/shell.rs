@@ -54,7 +54,11 @@ pub(crate) struct EnvPlan {
 impl EnvPlan {
     /// Checks names (a clear error instead of a remote syntax error) and values (no NUL).
     pub(crate) fn validate(&self) -> Result<()> {
-        for name in self.remove.iter().chain(self.set.iter().map(|(name, _)| name)) {
+        for name in self
+            .remove
+            .iter()
+            .chain(self.set.iter().map(|(name, _)| name))
+        {
             if !is_valid_env_name(name) {
                 return Err(Error::InvalidInput {
                     reason: format!(
@@ -65,7 +69,10 @@ impl EnvPlan {
             }
         }
         for (name, value) in &self.set {
-            reject_nul(&format!("the value of environment variable {name}"), value.as_bytes())?;
+            reject_nul(
+                &format!("the value of environment variable {name}"),
+                value.as_bytes(),
+            )?;
         }
         Ok(())
     }
@@ -357,7 +364,12 @@ mod tests {
             b"-n",
             b"*?[a]",
         ] {
-            assert_eq!(roundtrip(value), value, "value {:?}", String::from_utf8_lossy(value));
+            assert_eq!(
+                roundtrip(value),
+                value,
+                "value {:?}",
+                String::from_utf8_lossy(value)
+            );
         }
     }
 
@@ -401,7 +413,10 @@ mod tests {
                 body: Vec::new()
             }
         );
-        assert_eq!(Program::parse("#!\necho"), Program::Shell("#!\necho".into()));
+        assert_eq!(
+            Program::parse("#!\necho"),
+            Program::Shell("#!\necho".into())
+        );
         assert_eq!(
             Program::parse(" #!/bin/bash\necho"),
             Program::Shell(" #!/bin/bash\necho".into())
@@ -440,7 +455,10 @@ mod tests {
         .unwrap();
         let out = run_wrapper_locally(&request, b"ignored stdin");
         let stderr = String::from_utf8(out.stderr).unwrap();
-        assert!(stderr.starts_with("@@swiftide-ssh:0000000000000007:"), "{stderr}");
+        assert!(
+            stderr.starts_with("@@swiftide-ssh:0000000000000007:"),
+            "{stderr}"
+        );
         let stdout = String::from_utf8(out.stdout).unwrap();
         let real = dir.path().canonicalize().unwrap();
         assert_eq!(stdout, format!("{}\nunset|it's\nset|", real.display()));
@@ -453,7 +471,8 @@ mod tests {
             remove: vec![],
             set: vec![("ONLY".into(), "1".into())],
         };
-        let program = Program::parse("#!/bin/sh -e\nenv | sort | grep -v '^PWD='\nfalse\necho after");
+        let program =
+            Program::parse("#!/bin/sh -e\nenv | sort | grep -v '^PWD='\nfalse\necho after");
         let request = wrapper(&program, None, &env, &marker_prefix(1)).unwrap();
         let out = run_wrapper_locally(&request, program.stdin());
         assert_eq!(String::from_utf8_lossy(&out.stdout), "ONLY=1\n");
@@ -477,10 +496,18 @@ mod tests {
         use std::os::unix::ffi::OsStrExt;
         // A group whose members ignore TERM.
         let out = Command::new("setsid")
-            .args(["sh", "-c", "trap '' TERM; sleep 30 >/dev/null 2>&1 & echo $$"])
+            .args([
+                "sh",
+                "-c",
+                "trap '' TERM; sleep 30 >/dev/null 2>&1 & echo $$",
+            ])
             .output()
             .unwrap();
-        let pgid: u32 = String::from_utf8(out.stdout).unwrap().trim().parse().unwrap();
+        let pgid: u32 = String::from_utf8(out.stdout)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
         let alive = || {
             Command::new("sh")
                 .arg("-c")
@@ -511,7 +538,13 @@ mod tests {
         assert_eq!((pgid, out.len()), (None, 0));
         let (pgid, out) = parser.feed(Bytes::from_static(b"34\nuser err"));
         assert_eq!(pgid, Some(1234));
-        assert_eq!(out, vec![Bytes::from_static(b"rc noise\n"), Bytes::from_static(b"user err")]);
+        assert_eq!(
+            out,
+            vec![
+                Bytes::from_static(b"rc noise\n"),
+                Bytes::from_static(b"user err")
+            ]
+        );
         let (pgid, out) = parser.feed(Bytes::from_static(b"more"));
         assert_eq!((pgid, out), (None, vec![Bytes::from_static(b"more")]));
     }

@@ -56,12 +56,14 @@ impl SshExecutor {
         work: impl Future<Output = Result<T, CommandError>>,
     ) -> Result<T, CommandError> {
         match self.resolve_timeout(timeout) {
-            Some(limit) => tokio::time::timeout(limit, work)
-                .await
-                .map_err(|_| CommandError::TimedOut {
-                    timeout: limit,
-                    output: CommandOutput::empty(),
-                })?,
+            Some(limit) => {
+                tokio::time::timeout(limit, work)
+                    .await
+                    .map_err(|_| CommandError::TimedOut {
+                        timeout: limit,
+                        output: CommandOutput::empty(),
+                    })?
+            }
             None => work.await,
         }
     }
@@ -78,8 +80,11 @@ impl SshExecutor {
                 Ok(bytes) => Ok(CommandOutput::new(bytes)),
                 Err(error) => match file_failure(&error) {
                     Some(reason) => Err(CommandError::NonZeroExit(
-                        format!("failed to read from file `{}`: {reason}", resolved.display())
-                            .into(),
+                        format!(
+                            "failed to read from file `{}`: {reason}",
+                            resolved.display()
+                        )
+                        .into(),
                     )),
                     None => Err(executor_error(error)),
                 },

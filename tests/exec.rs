@@ -41,7 +41,10 @@ async fn reports_exit_codes_and_signals() {
     );
     assert_eq!(killed.stdout(), b"before\n");
     // Through swiftide both are NonZeroExit, output kept.
-    let err = ex.exec_cmd(&Command::shell("echo before; kill -KILL $$")).await.unwrap_err();
+    let err = ex
+        .exec_cmd(&Command::shell("echo before; kill -KILL $$"))
+        .await
+        .unwrap_err();
     match err {
         CommandError::NonZeroExit(out) => assert_eq!(out.to_string(), "before\n"),
         other => panic!("expected NonZeroExit, got {other:?}"),
@@ -63,7 +66,11 @@ async fn streams_chunks_before_the_command_finishes() {
         }
     };
     let out = ex
-        .execute("printf first; sleep 1; printf second >&2", ExecOptions::default(), &mut sink)
+        .execute(
+            "printf first; sleep 1; printf second >&2",
+            ExecOptions::default(),
+            &mut sink,
+        )
         .await
         .unwrap();
     let total = started.elapsed();
@@ -95,7 +102,11 @@ async fn timeout_kills_the_whole_remote_group_and_keeps_partial_output() {
         }
         other => panic!("expected TimedOut, got {other:?}"),
     }
-    assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        started.elapsed()
+    );
     let left = wait_until_gone(&format!("sleep 300.{t}"), Duration::from_secs(3)).await;
     assert!(left.is_empty(), "survivors: {left:?}");
     // The connection survived: the next command reuses it.
@@ -123,11 +134,21 @@ async fn term_ignoring_processes_are_killed_after_the_grace_period() {
         .await
         .unwrap();
     assert!(
-        matches!(out.status, ExitStatus::TimedOut { confirmed_dead: true, .. }),
+        matches!(
+            out.status,
+            ExitStatus::TimedOut {
+                confirmed_dead: true,
+                ..
+            }
+        ),
         "{:?}",
         out.status
     );
-    assert!(wait_until_gone(&format!("sleep 300.{t}"), Duration::from_secs(3)).await.is_empty());
+    assert!(
+        wait_until_gone(&format!("sleep 300.{t}"), Duration::from_secs(3))
+            .await
+            .is_empty()
+    );
 }
 
 #[tokio::test]
@@ -165,7 +186,11 @@ async fn unprivileged_login_gets_the_same_kill_semantics() {
         .await
         .unwrap();
     assert!(matches!(out.status, ExitStatus::TimedOut { .. }));
-    assert!(wait_until_gone(&pattern, Duration::from_secs(3)).await.is_empty());
+    assert!(
+        wait_until_gone(&pattern, Duration::from_secs(3))
+            .await
+            .is_empty()
+    );
 }
 
 #[tokio::test]
@@ -188,7 +213,11 @@ async fn fifty_concurrent_commands_beyond_one_connection_all_succeed() {
     assert!(stats.connections <= 3, "{stats:?}");
     assert!(stats.dials <= 3, "{stats:?}");
     // 3 connections × 8 slots: 50 commands of 0.3 s need three waves, not fifty.
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test]
@@ -210,7 +239,11 @@ async fn a_flooding_command_does_not_stall_others_on_its_connection() {
     let started = Instant::now();
     let quick = ex.run("echo hi").await.unwrap();
     assert_eq!(quick.stdout(), b"hi\n");
-    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(flood.await.unwrap().unwrap().stdout().len(), 50_000_000);
 }
 
@@ -239,14 +272,21 @@ async fn environment_is_cleared_removed_and_set_in_order() {
     assert_eq!(out.stdout(), b"ONLY=1\n");
 
     let inherited = executor(&tb).await;
-    let out = inherited.run("printenv SWIFTIDE_SSH_TESTBED").await.unwrap();
+    let out = inherited
+        .run("printenv SWIFTIDE_SSH_TESTBED")
+        .await
+        .unwrap();
     assert_eq!(out.stdout(), b"1\n");
 }
 
 #[tokio::test]
 async fn invalid_input_is_a_typed_error_and_runs_nothing() {
     let tb = testbed();
-    let err = builder(&tb).envs([("BAD NAME", "x")]).build().await.unwrap_err();
+    let err = builder(&tb)
+        .envs([("BAD NAME", "x")])
+        .build()
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
     let ex = executor(&tb).await;
     let err = ex.run("echo a\0b").await.unwrap_err();
@@ -278,9 +318,17 @@ async fn unknown_host_key_is_refused_before_authentication() {
     let tb = testbed();
     let empty = tb.scratch_dir().join("empty_known_hosts");
     std::fs::write(&empty, "").unwrap();
-    let err = builder(&tb).known_hosts_file(&empty).build().await.unwrap_err();
+    let err = builder(&tb)
+        .known_hosts_file(&empty)
+        .build()
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::UnknownHostKey { .. }), "{err}");
-    assert!(!tb.sshd_log().contains("Accepted publickey"), "{}", tb.sshd_log());
+    assert!(
+        !tb.sshd_log().contains("Accepted publickey"),
+        "{}",
+        tb.sshd_log()
+    );
 }
 
 #[tokio::test]
@@ -291,26 +339,45 @@ async fn changed_host_key_is_a_mismatch_and_nothing_is_sent() {
     let forged = tb.scratch_dir().join("forged_known_hosts");
     std::fs::write(
         &forged,
-        format!("[{}]:{} {}\n", tb.host(), tb.port(), other.host_public_key()),
+        format!(
+            "[{}]:{} {}\n",
+            tb.host(),
+            tb.port(),
+            other.host_public_key()
+        ),
     )
     .unwrap();
-    let err = builder(&tb).known_hosts_file(&forged).build().await.unwrap_err();
+    let err = builder(&tb)
+        .known_hosts_file(&forged)
+        .build()
+        .await
+        .unwrap_err();
     match &err {
         Error::HostKeyMismatch { line, .. } => assert_eq!(*line, 1),
         other => panic!("expected HostKeyMismatch, got {other}"),
     }
     let log = tb.sshd_log();
-    assert!(!log.contains("Accepted") && !log.contains("Failed publickey"), "{log}");
+    assert!(
+        !log.contains("Accepted") && !log.contains("Failed publickey"),
+        "{log}"
+    );
 }
 
 #[tokio::test]
 async fn accept_new_records_the_key_then_trusts_it() {
     let tb = testbed();
     let file = tb.scratch_dir().join("sub/known_hosts");
-    let ex = builder(&tb).accept_new_host_keys(&file).build().await.unwrap();
+    let ex = builder(&tb)
+        .accept_new_host_keys(&file)
+        .build()
+        .await
+        .unwrap();
     assert_eq!(ex.run("echo ok").await.unwrap().stdout(), b"ok\n");
     let recorded = std::fs::read_to_string(&file).unwrap();
-    assert!(recorded.contains(&format!("[127.0.0.1]:{}", tb.port())), "{recorded}");
+    assert!(
+        recorded.contains(&format!("[127.0.0.1]:{}", tb.port())),
+        "{recorded}"
+    );
     // Strict checking with the recorded file now succeeds.
     builder(&tb).known_hosts_file(&file).build().await.unwrap();
 }
@@ -318,7 +385,11 @@ async fn accept_new_records_the_key_then_trusts_it() {
 #[tokio::test]
 async fn insecure_mode_accepts_any_key() {
     let tb = testbed();
-    let ex = builder(&tb).insecure_accept_any_host_key().build().await.unwrap();
+    let ex = builder(&tb)
+        .insecure_accept_any_host_key()
+        .build()
+        .await
+        .unwrap();
     assert!(ex.run("true").await.unwrap().status.success());
 }
 
@@ -335,7 +406,9 @@ async fn wrong_credentials_are_refused_with_what_was_tried() {
         .await
         .unwrap_err();
     match &err {
-        Error::AuthRejected { tried, remaining, .. } => {
+        Error::AuthRejected {
+            tried, remaining, ..
+        } => {
             assert!(tried.contains("publickey"), "{err}");
             assert!(remaining.contains("publickey"), "{err}");
         }
@@ -372,7 +445,10 @@ async fn encrypted_key_with_passphrase_and_password_auth_work() {
         .unwrap();
     assert!(ex.run("true").await.unwrap().status.success());
     let debug = format!("{ex:?}");
-    assert!(!debug.contains(swiftide_ssh_testbed::KEY_PASSPHRASE), "{debug}");
+    assert!(
+        !debug.contains(swiftide_ssh_testbed::KEY_PASSPHRASE),
+        "{debug}"
+    );
 
     let user_tb = swiftide_ssh_testbed::Testbed::builder()
         .unprivileged_user()
@@ -409,7 +485,10 @@ async fn refused_port_is_a_connect_error() {
         .build()
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::Connect { port: p, .. } if p == port), "{err}");
+    assert!(
+        matches!(err, Error::Connect { port: p, .. } if p == port),
+        "{err}"
+    );
     let err = anyhow::Error::new(err);
     assert!(format!("{err:#}").contains("refused"), "{err:#}");
 }

@@ -366,11 +366,9 @@ impl Testbed {
     }
 
     /// The contents of sshd's log file (`LogLevel VERBOSE`, appended to across
-    /// restarts).
+    /// restarts), with `\n` line ends.
     pub fn sshd_log(&self) -> String {
-        fs::read(&self.paths.log)
-            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
-            .unwrap_or_default()
+        read_from(&self.paths.log, 0)
     }
 
     /// The pid of the sshd listener (of the last one, once stopped).
@@ -841,13 +839,15 @@ fn file_len(path: &Path) -> u64 {
     fs::metadata(path).map_or(0, |m| m.len())
 }
 
-/// The contents of a file from `offset` on, lossily decoded; empty if unreadable.
+/// The contents of a file from `offset` on, lossily decoded, with sshd's `\r\n` line
+/// ends (it writes those when logging to "stderr") turned into `\n`; empty if
+/// unreadable.
 fn read_from(path: &Path, offset: u64) -> String {
     let Ok(bytes) = fs::read(path) else {
         return String::new();
     };
     let start = usize::try_from(offset).unwrap_or(usize::MAX);
-    String::from_utf8_lossy(bytes.get(start..).unwrap_or_default()).into_owned()
+    String::from_utf8_lossy(bytes.get(start..).unwrap_or_default()).replace("\r\n", "\n")
 }
 
 #[cfg(test)]
