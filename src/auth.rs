@@ -183,7 +183,7 @@ pub(crate) async fn authenticate(
             } => {
                 remaining = remaining_methods
                     .iter()
-                    .map(|m| <&str>::from(m))
+                    .map(<&str>::from)
                     .collect::<Vec<_>>()
                     .join(", ");
             }

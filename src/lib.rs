@@ -1,6 +1,97 @@
 //! A swiftide [`ToolExecutor`](swiftide_core::ToolExecutor) that runs commands and file
-//! operations on a remote host over pooled SSH connections (russh), with the exact semantics
-//! of swiftide's `LocalExecutor`.
+//! operations on a remote host over pooled SSH connections (pure Rust: russh, russh-sftp, bb8,
+//! tokio), with the semantics of swiftide's own `LocalExecutor`: same results, same errors,
+//! same live streaming.
+//!
+//! # Connecting
+//!
+//! ```no_run
+//! # async fn demo() -> swiftide_ssh_executor::Result<()> {
+//! use std::time::Duration;
+//! use swiftide_ssh_executor::SshExecutor;
+//!
+//! let executor = SshExecutor::builder()
+//!     .host("build-1.internal")
+//!     .user("ci")
+//!     .private_key_file("~/.ssh/id_ed25519")
+//!     .known_hosts_file("~/.ssh/known_hosts")
+//!     .workdir("/srv/checkout")
+//!     .default_timeout(Some(Duration::from_secs(60)))
+//!     .build()
+//!     .await?;
+//! let run = executor.run("cargo --version").await?;
+//! println!("{:?}: {}", run.status, String::from_utf8_lossy(&run.stdout()));
+//! # Ok(()) }
+//! ```
+//!
+//! [`SshExecutorBuilder::build`] connects once, so a wrong host key, refused credentials or an
+//! unreachable host fail right there with a typed [`Error`]; [`SshExecutorBuilder::build_lazy`]
+//! defers that to the first command.
+//!
+//! # Authentication and host keys
+//!
+//! Key files (optionally encrypted), in-memory keys, ssh-agent and passwords, tried in the
+//! order added ([`AuthMethod`]). Secrets never appear in `Debug` output or logs.
+//!
+//! Host keys are verified against known_hosts by default ([`HostKeyPolicy::Strict`]):
+//! patterns, negation, `[host]:port`, hashed entries and `@revoked` are understood; a file that
+//! exists but cannot be read fails the connection. [`HostKeyPolicy::AcceptNew`] records unknown
+//! hosts; only [`HostKeyPolicy::InsecureAcceptAnyHostKey`] skips verification. The host key is
+//! checked before any credential or command is sent.
+//!
+//! # Running commands
+//!
+//! A command string runs exactly as `LocalExecutor` runs it, on the remote host: `sh -c
+//! <command>` with stdin at EOF, no PTY, stdout and stderr separate and byte-exact; a string
+//! starting with `#!` runs its interpreter (found through `PATH`, plus at most one argument)
+//! with the rest of the text on stdin. `current_dir` and relative paths resolve against the
+//! remote [`workdir`](SshExecutorBuilder::workdir); `env_clear`, `env_remove` and `envs` apply
+//! in that order. Through swiftide, exit 0 is `Ok`, any other exit or a signal is
+//! `NonZeroExit`, a timeout is `TimedOut` with the output so far, and transport or input
+//! problems are `ExecutorError`. [`SshExecutor::run`] and [`SshExecutor::execute`] give the
+//! exit code or signal, the duration and the host ([`Execution`]).
+//!
+//! The account's login shell runs first (sshd always uses it): its rc files run before each
+//! command, and whatever they print is part of the output.
+//!
+//! # Timeouts, cancellation and killing
+//!
+//! sshd starts every command in a new session, so the command's shell is the leader of its own
+//! process group. The wrapper reports that group id on stderr (the line is removed before
+//! anyone sees it). On timeout, and when an exec future is dropped, the executor opens a second
+//! channel and sends `SIGTERM` to the whole group, waits up to
+//! [`kill_grace`](SshExecutorBuilder::kill_grace) (1 s by default) for it to empty, then sends
+//! `SIGKILL`; it drains the remaining output for up to 2 s more and returns `TimedOut`.
+//! Background children die with the group; a process that escaped it with `setsid` does not.
+//! The executor never relies on the SSH `signal` request (OpenSSH refuses it for root logins)
+//! or on closing the channel (which leaves a non-PTY command running).
+//!
+//! Cancellation is best effort: the kill runs in a background task and needs the connection to
+//! be alive. If the client process dies, nothing kills the remote group.
+//!
+//! # Pooling
+//!
+//! Commands share connections through separate channels: up to
+//! [`channels_per_connection`](SshExecutorBuilder::channels_per_connection) (8) per connection
+//! and [`max_connections`](SshExecutorBuilder::max_connections) (4) connections; callers past
+//! that wait up to [`pool_wait_timeout`](SshExecutorBuilder::pool_wait_timeout). Each command
+//! drains its own channel in a task of its own, so one flooding or stalled command never
+//! freezes the others on its connection. Keepalives detect dead peers; every network wait has
+//! a deadline. A command is sent at most once: only failures before the exec request leaves
+//! are retried, and a connection lost mid-command is [`Error::ConnectionLost`] ("may have
+//! run"). See [`PoolStats`] and the `pool` module docs for the design.
+//!
+//! # Differences from `LocalExecutor`
+//!
+//! * The inherited environment is the sshd login environment, not the local process's.
+//! * Spawn and `cd` errors read differently (the variant is the same).
+//! * `SIGTERM` precedes `SIGKILL` (set `kill_grace(Duration::ZERO)` for LocalExecutor's
+//!   immediate `SIGKILL`), and cancellation kills the remote group instead of leaving
+//!   descendants behind.
+//! * A shebang body larger than the pipe buffer does not fail with `EPIPE` when the
+//!   interpreter exits early.
+//! * A command containing a NUL byte is an `ExecutorError` (LocalExecutor reports the spawn
+//!   error as `NonZeroExit`).
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]

@@ -379,8 +379,13 @@ impl Testbed {
     /// The OpenSSH client, ready to run `remote_command` on the testbed as
     /// [`Testbed::user`] with [`Testbed::private_key_path`], strict host key checking
     /// against [`Testbed::known_hosts_path`], batch mode (no prompts) and no user or
-    /// system `ssh_config`. Standard input defaults to `/dev/null`; override it (and add
-    /// options) as needed before spawning.
+    /// system `ssh_config`. Standard input defaults to `/dev/null`; override it with
+    /// [`Command::stdin`] as needed.
+    ///
+    /// The arguments end with `-- user@host remote_command`, so arguments appended with
+    /// [`Command::arg`] extend the remote command; to pass more ssh options, start a
+    /// new `Command::new("ssh")` with your options followed by this command's
+    /// [`get_args`](Command::get_args).
     ///
     /// This lets tests inspect the server independently of the code under test.
     pub fn ssh_command(&self, remote_command: &str) -> Command {

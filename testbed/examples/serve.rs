@@ -1,4 +1,14 @@
-//! Starts a testbed and keeps it running for manual inspection.
+//! Starts a testbed and keeps it running, for poking at it by hand:
+//!
+//! ```sh
+//! cargo run -p swiftide-ssh-testbed --example serve -- [--unprivileged] [--password] ['sshd_config line' ...]
+//! ```
+//!
+//! Prints the testbed's directory and a ready-to-use `ssh` command line, then waits
+//! `TESTBED_SECS` seconds (default 600) or until interrupted.
+
+use std::time::Duration;
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut builder = swiftide_ssh_testbed::Testbed::builder();
     for arg in std::env::args().skip(1) {
@@ -16,11 +26,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect();
     println!("dir {}", testbed.dir().display());
     println!("ssh {}", ssh.join(" "));
-    std::thread::sleep(std::time::Duration::from_secs(
-        std::env::var("HOLD_SECS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(60),
-    ));
+    let secs = std::env::var("TESTBED_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(600);
+    std::thread::sleep(Duration::from_secs(secs));
     Ok(())
 }
