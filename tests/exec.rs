@@ -548,3 +548,82 @@ async fn executor_is_a_cheap_clone_and_a_dyn_tool_executor() {
     ex.close().await;
     assert!(matches!(ex.run("true").await, Err(Error::Closed)));
 }
+
+#[tokio::test]
+async fn ssh_agent_identities_authenticate() {
+    let tb = testbed();
+    let socket = tb.scratch_dir().join("agent.sock");
+    let agent = std::process::Command::new("ssh-agent")
+        .arg("-D")
+        .arg("-a")
+        .arg(&socket)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("ssh-agent");
+    struct KillOnDrop(std::process::Child);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _agent = KillOnDrop(agent);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !socket.exists() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // An empty agent, as the only method, is a typed agent error naming the problem.
+    let err = SshExecutor::builder()
+        .host(tb.host())
+        .port(tb.port())
+        .user(tb.user())
+        .agent_socket(&socket)
+        .known_hosts_file(tb.known_hosts_path())
+        .build()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Agent { .. }), "{err}");
+    assert!(err.to_string().contains("no identities"), "{err}");
+
+    let added = std::process::Command::new("ssh-add")
+        .arg(tb.private_key_path())
+        .env("SSH_AUTH_SOCK", &socket)
+        .output()
+        .unwrap();
+    assert!(added.status.success(), "{added:?}");
+    let ex = SshExecutor::builder()
+        .host(tb.host())
+        .port(tb.port())
+        .user(tb.user())
+        .agent_socket(&socket)
+        .known_hosts_file(tb.known_hosts_path())
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(ex.run("echo via-agent").await.unwrap().stdout(), b"via-agent\n");
+}
+
+#[tokio::test]
+async fn a_frozen_server_is_detected_by_keepalive() {
+    let tb = testbed();
+    let ex = builder(&tb)
+        .keepalive_interval(Some(Duration::from_millis(500)))
+        .keepalive_max(2)
+        .build()
+        .await
+        .unwrap();
+    assert!(ex.run("true").await.unwrap().status.success());
+    let running = {
+        let ex = ex.clone();
+        tokio::spawn(async move { ex.run("sleep 30").await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    tb.freeze().unwrap();
+    let started = Instant::now();
+    let result = tokio::time::timeout(Duration::from_secs(10), running).await;
+    tb.thaw().unwrap();
+    let err = result.expect("keepalive must end the hang").unwrap().unwrap_err();
+    assert!(matches!(err, Error::ConnectionLost { .. }), "{err}");
+    // interval × (max + 1) = 1.5 s, plus scheduling slack.
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+}
