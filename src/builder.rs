@@ -32,6 +32,7 @@ pub(crate) struct Config {
     pub(crate) keepalive_interval: Option<Duration>,
     pub(crate) keepalive_max: usize,
     pub(crate) kill_grace: Duration,
+    pub(crate) kill_on_disconnect: bool,
     pub(crate) drain_timeout: Duration,
 }
 
@@ -61,6 +62,7 @@ impl fmt::Debug for Config {
             .field("keepalive_interval", &self.keepalive_interval)
             .field("keepalive_max", &self.keepalive_max)
             .field("kill_grace", &self.kill_grace)
+            .field("kill_on_disconnect", &self.kill_on_disconnect)
             .finish()
     }
 }
@@ -90,6 +92,7 @@ pub struct SshExecutorBuilder {
     keepalive_interval: Option<Duration>,
     keepalive_max: usize,
     kill_grace: Duration,
+    kill_on_disconnect: bool,
 }
 
 impl fmt::Debug for SshExecutorBuilder {
@@ -133,6 +136,7 @@ impl Default for SshExecutorBuilder {
             keepalive_interval: Some(Duration::from_secs(15)),
             keepalive_max: 3,
             kill_grace: Duration::from_secs(1),
+            kill_on_disconnect: true,
         }
     }
 }
@@ -352,6 +356,18 @@ impl SshExecutorBuilder {
         self
     }
 
+    /// Kills a command's remote process group (SIGKILL) when its SSH connection is gone: the
+    /// client process died, the connection broke or was closed. sshd itself leaves such
+    /// commands running. A small watchdog started with each command checks once a second,
+    /// so the group dies about a second after the server's sshd notices the disconnect (at
+    /// once when the client's TCP connection closes; after `ClientAliveInterval` ×
+    /// `ClientAliveCountMax` for a silent network cut). Costs one `sleep 1` process per
+    /// second per running command. Defaults to `true`.
+    pub fn kill_on_disconnect(mut self, enabled: bool) -> Self {
+        self.kill_on_disconnect = enabled;
+        self
+    }
+
     pub(crate) fn into_config(self) -> Result<Config> {
         let config_error = |reason: &str| Error::Config {
             reason: reason.to_owned(),
@@ -402,6 +418,7 @@ impl SshExecutorBuilder {
             keepalive_interval: self.keepalive_interval,
             keepalive_max: self.keepalive_max,
             kill_grace: self.kill_grace,
+            kill_on_disconnect: self.kill_on_disconnect,
             drain_timeout: Duration::from_secs(2),
         })
     }

@@ -195,7 +195,14 @@ impl SshExecutor {
         let program = Program::parse(command);
         let marker = shell::marker_prefix(rand::random());
         let dir = self.resolve_dir(options.current_dir.as_deref());
-        let wrapper = shell::wrapper(&program, dir.as_deref(), &self.inner.config.env, &marker)?;
+        let config = &self.inner.config;
+        let wrapper = shell::wrapper(
+            &program,
+            dir.as_deref(),
+            &config.env,
+            &marker,
+            config.kill_on_disconnect,
+        )?;
         let request = ExecRequest {
             wrapper,
             stdin: program.stdin().to_vec(),

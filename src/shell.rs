@@ -139,13 +139,15 @@ pub(crate) fn marker_prefix(nonce: u64) -> String {
 ///    executor later kills;
 /// 2. changes to `dir`;
 /// 3. applies the environment plan;
-/// 4. `exec`s the user's program: `sh -c <command> </dev/null`, or the script interpreter
+/// 4. with `watchdog`, starts [`WATCHDOG`] in the background;
+/// 5. `exec`s the user's program: `sh -c <command> </dev/null`, or the script interpreter
 ///    reading its body from the channel.
 pub(crate) fn wrapper(
     program: &Program,
     dir: Option<&Path>,
     env: &EnvPlan,
     marker: &str,
+    watchdog: bool,
 ) -> Result<Vec<u8>> {
     let mut script: Vec<u8> = Vec::new();
     script.extend_from_slice(b"printf '%s%s\\n' ");
@@ -183,6 +185,10 @@ pub(crate) fn wrapper(
             script.extend_from_slice(&quote(value.as_bytes()));
             script.push(b'\n');
         }
+    }
+
+    if watchdog {
+        script.extend_from_slice(WATCHDOG.as_bytes());
     }
 
     script.extend_from_slice(b"exec ");
@@ -225,6 +231,25 @@ pub(crate) fn wrapper(
     request.extend_from_slice(&quote(&script));
     Ok(request)
 }
+
+/// Kills the command's process group when the SSH connection is gone.
+///
+/// sshd does not kill a non-PTY command when the connection drops: the per-connection sshd
+/// process exits and the command runs on, reparented to init. This background job (in the
+/// command's own process group, stdio detached so it never holds the channel open) polls once
+/// a second whether the sshd process that started the command (`$PPID`) still exists, and
+/// SIGKILLs the group as soon as it does not. It exits quietly once the command's leader has
+/// exited, and dies with the group on a normal kill. `/proc` avoids `kill -0`'s EPERM when
+/// sshd runs as another user; `kill -0` is the fallback where there is no `/proc`.
+pub(crate) const WATCHDOG: &str = "\
+p=$PPID
+(exec </dev/null >/dev/null 2>&1
+ alive() { if [ -d /proc/1 ]; then [ -d /proc/$1 ]; else kill -0 $1; fi; }
+ while alive $$; do
+   alive $p || { kill -KILL -$$; exit 0; }
+   sleep 1
+ done) &
+";
 
 /// The kill request run on a second channel: SIGTERM to the group, poll for up to `grace`,
 /// then SIGKILL whatever is left. With a zero grace it sends SIGKILL at once, as
@@ -452,6 +477,7 @@ mod tests {
             Some(dir.path()),
             &env,
             &marker_prefix(7),
+            true,
         )
         .unwrap();
         let out = run_wrapper_locally(&request, b"ignored stdin");
@@ -474,7 +500,7 @@ mod tests {
         };
         let program =
             Program::parse("#!/bin/sh -e\nenv | sort | grep -v '^PWD='\nfalse\necho after");
-        let request = wrapper(&program, None, &env, &marker_prefix(1)).unwrap();
+        let request = wrapper(&program, None, &env, &marker_prefix(1), true).unwrap();
         let out = run_wrapper_locally(&request, program.stdin());
         assert_eq!(String::from_utf8_lossy(&out.stdout), "ONLY=1\n");
         assert!(!out.status.success());
@@ -487,6 +513,7 @@ mod tests {
             None,
             &EnvPlan::default(),
             "m",
+            false,
         )
         .unwrap_err();
         assert!(err.to_string().contains("NUL"));

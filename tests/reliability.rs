@@ -1,0 +1,390 @@
+//! Faults and hostile conditions against real sshd processes: client death, broken
+//! connections, host-key files in all their forms, and what ends up in logs.
+
+mod common;
+
+use std::{
+    process::Stdio,
+    time::{Duration, Instant},
+};
+
+use common::{builder, executor, remote_processes, testbed, token, wait_until_gone};
+use swiftide_ssh_executor::{Error, ExitStatus, SshExecutor};
+use swiftide_ssh_testbed::Testbed;
+
+const CHILD_ENV: &str = "SWIFTIDE_SSH_RELIABILITY_CHILD";
+
+/// In child mode (see `client_death_kills_the_remote_group`), connect with the settings in
+/// the environment, start the command and wait to be killed.
+async fn run_as_child(spec: &str) {
+    let fields: Vec<&str> = spec.split('\u{1f}').collect();
+    let [host, port, user, key, known_hosts, command, disconnect_kill] = fields[..] else {
+        panic!("bad child spec {spec:?}");
+    };
+    let ex = SshExecutor::builder()
+        .host(host)
+        .port(port.parse().unwrap())
+        .user(user)
+        .private_key_file(key)
+        .known_hosts_file(known_hosts)
+        .kill_on_disconnect(disconnect_kill == "1")
+        .build()
+        .await
+        .unwrap();
+    let _ = ex.run(command).await;
+    unreachable!("the parent kills this process while the command runs");
+}
+
+/// Starts this test binary again as a client that runs `command`, and returns it.
+fn spawn_client(
+    tb: &Testbed,
+    test_name: &str,
+    command: &str,
+    kill_on_disconnect: bool,
+) -> std::process::Child {
+    let spec = [
+        tb.host(),
+        tb.port().to_string(),
+        tb.user().to_owned(),
+        tb.private_key_path().display().to_string(),
+        tb.known_hosts_path().display().to_string(),
+        command.to_owned(),
+        if kill_on_disconnect { "1" } else { "0" }.to_owned(),
+    ]
+    .join("\u{1f}");
+    std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test_name, "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, spec)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+async fn wait_for_processes(pattern: &str, count: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while remote_processes(pattern).len() < count {
+        assert!(
+            Instant::now() < deadline,
+            "the command never started: {pattern}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn client_death_kills_the_remote_group() {
+    if let Ok(spec) = std::env::var(CHILD_ENV) {
+        return run_as_child(&spec).await;
+    }
+    let tb = testbed();
+    let t = token();
+    let pattern = format!("^sleep 300.{t}");
+    let mut client = spawn_client(
+        &tb,
+        "client_death_kills_the_remote_group",
+        &format!("sleep 300.{t} & sleep 300.{t}"),
+        true,
+    );
+    wait_for_processes(&pattern, 2).await;
+    client.kill().unwrap(); // SIGKILL: no destructor, no goodbye
+    client.wait().unwrap();
+    let started = Instant::now();
+    let left = wait_until_gone(&pattern, Duration::from_secs(5)).await;
+    assert!(left.is_empty(), "survivors after the client died: {left:?}");
+    eprintln!(
+        "remote group gone {:?} after the client was killed",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn without_the_watchdog_sshd_leaves_the_group_running() {
+    if let Ok(spec) = std::env::var(CHILD_ENV) {
+        return run_as_child(&spec).await;
+    }
+    // The control experiment for the test above: it shows that the watchdog, not sshd,
+    // does the killing.
+    let tb = testbed();
+    let t = token();
+    let pattern = format!("^sleep 300.{t}");
+    let mut client = spawn_client(
+        &tb,
+        "without_the_watchdog_sshd_leaves_the_group_running",
+        &format!("sleep 300.{t}"),
+        false,
+    );
+    wait_for_processes(&pattern, 1).await;
+    client.kill().unwrap();
+    client.wait().unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let left = remote_processes(&pattern);
+    let _ = std::process::Command::new("pkill")
+        .args(["-f", &pattern])
+        .status();
+    assert_eq!(
+        left.len(),
+        1,
+        "sshd itself should not have killed it: {left:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_killed_server_connection_kills_the_group_and_reports_connection_lost() {
+    let tb = testbed();
+    let ex = executor(&tb).await;
+    let t = token();
+    let pattern = format!("^sleep 300.{t}");
+    let running = {
+        let ex = ex.clone();
+        let command = format!("sleep 300.{t} & sleep 300.{t}");
+        tokio::spawn(async move { ex.run(&command).await })
+    };
+    wait_for_processes(&pattern, 2).await;
+    let pids: Vec<String> = tb.connection_pids().iter().map(u32::to_string).collect();
+    assert!(!pids.is_empty());
+    std::process::Command::new("kill")
+        .arg("-KILL")
+        .args(&pids)
+        .status()
+        .unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(5), running)
+        .await
+        .expect("no hang")
+        .unwrap()
+        .unwrap_err();
+    assert!(matches!(err, Error::ConnectionLost { .. }), "{err}");
+    let left = wait_until_gone(&pattern, Duration::from_secs(5)).await;
+    assert!(left.is_empty(), "survivors: {left:?}");
+    // The pool dials a new connection for the next command.
+    assert_eq!(ex.run("echo again").await.unwrap().stdout(), b"again\n");
+}
+
+#[tokio::test]
+async fn commands_run_at_most_once_when_the_server_restarts_under_load() {
+    let mut tb = testbed();
+    let ex = builder(&tb)
+        .max_connections(4)
+        .connect_timeout(Duration::from_secs(5))
+        .pool_wait_timeout(Duration::from_secs(20))
+        .build()
+        .await
+        .unwrap();
+    let marks = tb.scratch_dir().join("marks");
+    std::fs::create_dir_all(&marks).unwrap();
+    let total = 300;
+    let tasks: Vec<_> = (0..total)
+        .map(|i| {
+            let ex = ex.clone();
+            let mark = marks.join(i.to_string());
+            tokio::spawn(async move {
+                // Each command appends a line: running twice would leave two.
+                let command = format!("echo x >> {}; sleep 0.05; echo {i}", mark.display());
+                (
+                    i,
+                    tokio::time::timeout(Duration::from_secs(60), ex.run(&command)).await,
+                )
+            })
+        })
+        .collect();
+    for _ in 0..2 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        tb.restart().unwrap();
+    }
+    let (mut ok, mut failed) = (0, 0);
+    for task in tasks {
+        let (i, result) = task.await.unwrap();
+        match result.expect("a command hung") {
+            Ok(out) if out.status == ExitStatus::Code(0) => {
+                assert_eq!(out.stdout(), format!("{i}\n").as_bytes());
+                ok += 1;
+            }
+            Ok(out) => {
+                // Killed with its server: a signal or lost status, never a wrong output.
+                assert!(!out.status.success());
+                failed += 1;
+            }
+            Err(e) => {
+                assert!(
+                    matches!(
+                        e,
+                        Error::ConnectionLost { .. }
+                            | Error::Connect { .. }
+                            | Error::Ssh { .. }
+                            | Error::Timeout { .. }
+                            | Error::PoolTimeout { .. }
+                            | Error::ChannelRefused { .. }
+                    ),
+                    "unexpected error kind: {e}"
+                );
+                failed += 1;
+            }
+        }
+    }
+    let mut duplicated = 0;
+    for entry in std::fs::read_dir(&marks).unwrap() {
+        let runs = std::fs::read_to_string(entry.unwrap().path())
+            .unwrap()
+            .lines()
+            .count();
+        if runs > 1 {
+            duplicated += 1;
+        }
+    }
+    eprintln!(
+        "restart under load: {ok} ok, {failed} failed with a clear error, {duplicated} duplicated"
+    );
+    assert_eq!(duplicated, 0);
+    assert_eq!(ok + failed, total);
+    assert!(ok > 0);
+    // The pool recovered without a new executor.
+    assert_eq!(
+        ex.run("echo recovered").await.unwrap().stdout(),
+        b"recovered\n"
+    );
+}
+
+/// A fresh ed25519 public key ("type base64"), standing for a host's previous key.
+fn old_key(tb: &Testbed) -> String {
+    let path = tb.scratch_dir().join("old_host_key");
+    let status = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(&path)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let public = std::fs::read_to_string(path.with_extension("pub")).unwrap();
+    public
+        .split_whitespace()
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn known_hosts_with(tb: &Testbed, name: &str, content: &str) -> std::path::PathBuf {
+    let path = tb.scratch_dir().join(name);
+    std::fs::write(&path, content).unwrap();
+    path
+}
+
+#[tokio::test]
+async fn known_hosts_forms_openssh_understands_are_accepted() {
+    let tb = testbed();
+    let key = tb.host_public_key();
+    let port = tb.port();
+    // Hashed with OpenSSH's own tool.
+    let hashed = known_hosts_with(&tb, "hashed", &format!("[127.0.0.1]:{port} {key}\n"));
+    let status = std::process::Command::new("ssh-keygen")
+        .arg("-H")
+        .arg("-f")
+        .arg(&hashed)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert!(std::fs::read_to_string(&hashed).unwrap().starts_with("|1|"));
+    let variants = [
+        ("hashed", hashed),
+        (
+            "wildcard",
+            known_hosts_with(&tb, "wild", &format!("[127.0.0.*]:{port} {key}\n")),
+        ),
+        (
+            "list and tab",
+            known_hosts_with(&tb, "list", &format!("other,[127.0.0.1]:{port}\t{key}\n")),
+        ),
+        (
+            "rotation: old key first",
+            known_hosts_with(
+                &tb,
+                "rotation",
+                &format!(
+                    "[127.0.0.1]:{port} {}\n[127.0.0.1]:{port} {key}\n",
+                    old_key(&tb)
+                ),
+            ),
+        ),
+    ];
+    for (name, file) in variants {
+        let result = builder(&tb).known_hosts_file(&file).build().await;
+        assert!(result.is_ok(), "{name}: {:?}", result.err());
+    }
+}
+
+#[tokio::test]
+async fn revoked_and_unreadable_known_hosts_fail_closed() {
+    let tb = testbed();
+    let key = tb.host_public_key();
+    let port = tb.port();
+    let revoked = known_hosts_with(
+        &tb,
+        "revoked",
+        &format!("[127.0.0.1]:{port} {key}\n@revoked * {key}\n"),
+    );
+    let err = builder(&tb)
+        .known_hosts_file(&revoked)
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::HostKeyRevoked { line: 2, .. }),
+        "{err}"
+    );
+
+    let negated = known_hosts_with(
+        &tb,
+        "negated",
+        &format!("[127.0.0.*]:{port},![127.0.0.1]:{port} {key}\n"),
+    );
+    let err = builder(&tb)
+        .known_hosts_file(&negated)
+        .build()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::UnknownHostKey { .. }), "{err}");
+
+    // A directory cannot be read as a file: refuse instead of treating it as empty.
+    let err = builder(&tb)
+        .known_hosts_file(tb.scratch_dir())
+        .build()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::KnownHosts { .. }), "{err}");
+    assert!(!tb.sshd_log().contains("Accepted"), "{}", tb.sshd_log());
+}
+
+#[tokio::test]
+async fn secrets_never_show_in_debug_output() {
+    let tb = testbed();
+    let builder = SshExecutor::builder()
+        .host(tb.host())
+        .port(tb.port())
+        .user(tb.user())
+        .private_key_file_with_passphrase(tb.encrypted_private_key_path(), "s3cret-passphrase")
+        .password("s3cret-password")
+        .envs([("API_TOKEN", "s3cret-token")])
+        .known_hosts_file(tb.known_hosts_path());
+    let text = format!("{builder:?}");
+    let ex = builder.build_lazy().unwrap();
+    let text = format!("{text}\n{ex:?}");
+    for secret in ["s3cret-passphrase", "s3cret-password", "s3cret-token"] {
+        assert!(!text.contains(secret), "{secret} leaked: {text}");
+    }
+    assert!(text.contains("API_TOKEN"), "names stay visible: {text}");
+}
+
+#[tokio::test]
+async fn huge_binary_output_is_byte_exact() {
+    let tb = testbed();
+    let ex = executor(&tb).await;
+    let path = tb.scratch_dir().join("random.bin");
+    let data: Vec<u8> = (0..8_000_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(&path, &data).unwrap();
+    let out = ex.run(&format!("cat {}", path.display())).await.unwrap();
+    assert!(out.stdout() == data, "8 MB of binary stdout differ");
+    assert_eq!(out.status, ExitStatus::Code(0));
+    assert!(out.chunks.len() > 1);
+}
