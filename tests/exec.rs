@@ -600,7 +600,10 @@ async fn ssh_agent_identities_authenticate() {
         .build()
         .await
         .unwrap();
-    assert_eq!(ex.run("echo via-agent").await.unwrap().stdout(), b"via-agent\n");
+    assert_eq!(
+        ex.run("echo via-agent").await.unwrap().stdout(),
+        b"via-agent\n"
+    );
 }
 
 #[tokio::test]
@@ -622,8 +625,15 @@ async fn a_frozen_server_is_detected_by_keepalive() {
     let started = Instant::now();
     let result = tokio::time::timeout(Duration::from_secs(10), running).await;
     tb.thaw().unwrap();
-    let err = result.expect("keepalive must end the hang").unwrap().unwrap_err();
+    let err = result
+        .expect("keepalive must end the hang")
+        .unwrap()
+        .unwrap_err();
     assert!(matches!(err, Error::ConnectionLost { .. }), "{err}");
     // interval × (max + 1) = 1.5 s, plus scheduling slack.
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
 }
