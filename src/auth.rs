@@ -180,6 +180,14 @@ pub(crate) async fn authenticate(
             russh::client::AuthResult::Success => return Ok(()),
             russh::client::AuthResult::Failure {
                 remaining_methods, ..
+            } if remaining_methods.is_empty() => {
+                // russh reports a connection that died mid-authentication as a failure with
+                // no methods left (OpenSSH always lists the methods that may continue): that
+                // is a transport problem, not a refusal.
+                return Err(target.ssh_error(russh::Error::Disconnect));
+            }
+            russh::client::AuthResult::Failure {
+                remaining_methods, ..
             } => {
                 remaining = remaining_methods
                     .iter()

@@ -9,6 +9,7 @@ use crate::{
     error::{Error, Result},
     executor::SshExecutor,
     host_key::HostKeyPolicy,
+    jump::{self, Hop, HopCache, JumpHost},
     shell::EnvPlan,
 };
 
@@ -33,7 +34,12 @@ pub(crate) struct Config {
     pub(crate) keepalive_max: usize,
     pub(crate) kill_grace: Duration,
     pub(crate) kill_on_disconnect: bool,
+    pub(crate) max_output_bytes: Option<usize>,
     pub(crate) drain_timeout: Duration,
+    /// Jump hosts, client side first, with every setting decided.
+    pub(crate) jump_hosts: Vec<Hop>,
+    /// The hop connections shared by this executor's pooled connections.
+    pub(crate) hop_cache: HopCache,
 }
 
 impl fmt::Debug for Config {
@@ -63,6 +69,8 @@ impl fmt::Debug for Config {
             .field("keepalive_max", &self.keepalive_max)
             .field("kill_grace", &self.kill_grace)
             .field("kill_on_disconnect", &self.kill_on_disconnect)
+            .field("max_output_bytes", &self.max_output_bytes)
+            .field("jump_hosts", &self.jump_hosts)
             .finish()
     }
 }
@@ -93,6 +101,15 @@ pub struct SshExecutorBuilder {
     keepalive_max: usize,
     kill_grace: Duration,
     kill_on_disconnect: bool,
+    max_output_bytes: Option<usize>,
+    /// Jump hosts in order, client side first (`jump.rs`).
+    pub(crate) jump_hosts: Vec<JumpHost>,
+    /// The jump hosts came from an ssh_config `ProxyJump`: an explicit `jump_host`
+    /// replaces them rather than extending the chain.
+    pub(crate) jump_hosts_from_file: bool,
+    /// Authentication methods derived from an ssh_config (`ssh_config.rs`); used only when
+    /// no method is added explicitly, so explicit settings win over the file.
+    pub(crate) file_auth: Vec<AuthMethod>,
 }
 
 impl fmt::Debug for SshExecutorBuilder {
@@ -110,6 +127,8 @@ impl fmt::Debug for SshExecutorBuilder {
             .field("env_clear", &self.env_clear)
             .field("env_remove", &self.env_remove)
             .field("envs", &names)
+            .field("jump_hosts", &self.jump_hosts)
+            .field("file_auth", &self.file_auth)
             .finish_non_exhaustive()
     }
 }
@@ -137,6 +156,10 @@ impl Default for SshExecutorBuilder {
             keepalive_max: 3,
             kill_grace: Duration::from_secs(1),
             kill_on_disconnect: true,
+            max_output_bytes: None,
+            jump_hosts: Vec::new(),
+            jump_hosts_from_file: false,
+            file_auth: Vec::new(),
         }
     }
 }
@@ -368,6 +391,17 @@ impl SshExecutorBuilder {
         self
     }
 
+    /// Caps the output a command's result keeps: the first half and the last half of `n`
+    /// bytes survive, the middle is dropped and counted in
+    /// [`Execution::omitted_bytes`](crate::Execution::omitted_bytes) (through swiftide, a
+    /// line `[... N bytes of output omitted ...]` marks the gap). Streaming sinks still see
+    /// every byte. Keeps client memory bounded for commands with huge output. Defaults to
+    /// `None`: everything is kept, as LocalExecutor does.
+    pub fn max_output_bytes(mut self, n: Option<usize>) -> Self {
+        self.max_output_bytes = n;
+        self
+    }
+
     pub(crate) fn into_config(self) -> Result<Config> {
         let config_error = |reason: &str| Error::Config {
             reason: reason.to_owned(),
@@ -390,8 +424,19 @@ impl SshExecutorBuilder {
         }
         let mut auth = self.auth;
         if auth.is_empty() {
+            auth = self.file_auth;
+        }
+        if auth.is_empty() {
             auth.push(AuthMethod::Agent { socket: None });
         }
+        let jump_hosts = jump::resolve_hops(
+            self.jump_hosts,
+            &jump::Target {
+                user: &user,
+                auth: &auth,
+                policy: &self.host_key_policy,
+            },
+        )?;
         let mut set: Vec<(String, String)> = self.envs.into_iter().collect();
         set.sort();
         let env = EnvPlan {
@@ -419,7 +464,10 @@ impl SshExecutorBuilder {
             keepalive_max: self.keepalive_max,
             kill_grace: self.kill_grace,
             kill_on_disconnect: self.kill_on_disconnect,
+            max_output_bytes: self.max_output_bytes,
             drain_timeout: Duration::from_secs(2),
+            jump_hosts,
+            hop_cache: HopCache::default(),
         })
     }
 

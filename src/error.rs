@@ -266,6 +266,37 @@ pub enum Error {
         status: Option<SftpStatus>,
     },
 
+    /// An OpenSSH client configuration file could not be read, or holds a value this crate
+    /// cannot use (see [`SshConfig`](crate::SshConfig)).
+    #[error("ssh config {}{}: {reason}", path.display(), line.map(|l| format!(":{l}")).unwrap_or_default())]
+    SshConfig {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line number, when one line is at fault.
+        line: Option<usize>,
+        /// What is wrong.
+        reason: String,
+    },
+
+    /// A jump host could not open the forwarded (`direct-tcpip`) connection to the next host
+    /// of the chain. `AdministrativelyProhibited` usually means the jump host's sshd has
+    /// `AllowTcpForwarding no` or a `PermitOpen` list without that destination.
+    #[error(
+        "jump host {jump_host}:{jump_port} could not open a connection to {host}:{port}: {reason}"
+    )]
+    JumpForward {
+        /// The jump host that was asked to forward.
+        jump_host: String,
+        /// Its port.
+        jump_port: u16,
+        /// The destination it was asked to reach.
+        host: String,
+        /// The destination port.
+        port: u16,
+        /// The reason the jump host gave.
+        reason: String,
+    },
+
     /// The executor was closed with [`SshExecutor::close`](crate::SshExecutor::close).
     #[error("the executor is closed")]
     Closed,

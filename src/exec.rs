@@ -18,12 +18,13 @@ use tokio::{
     sync::{mpsc, oneshot},
     time::Instant,
 };
+use tracing::Instrument;
 
 use crate::{
     builder::Config,
     error::{Error, Phase, Result},
     executor::Inner,
-    output::{Execution, ExitStatus, OutputChunk, OutputSink},
+    output::{Execution, ExitStatus, OutputChunk, OutputSink, Retained},
     pool::{self, Counters},
     session::Session,
     shell::{self, MarkerParser},
@@ -60,14 +61,12 @@ pub(crate) async fn execute(
     let started = std::time::Instant::now();
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let (kill_tx, kill_rx) = oneshot::channel::<()>();
-    inner
-        .registry
-        .counters
-        .commands
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    tokio::spawn(drive(inner.clone(), request, events_tx, kill_rx));
+    // The driver's events belong to the caller's command span.
+    tokio::spawn(
+        drive(inner.clone(), request, events_tx, kill_rx).instrument(tracing::Span::current()),
+    );
 
-    let mut chunks = Vec::new();
+    let mut kept = Retained::new(inner.config.max_output_bytes);
     let deadline = timeout.map(|t| Instant::now() + t);
     let finished = loop {
         let event = match deadline {
@@ -80,7 +79,7 @@ pub(crate) async fn execute(
         match event {
             Some(Event::Output(chunk)) => {
                 sink(&chunk);
-                chunks.push(chunk);
+                kept.push(chunk);
             }
             Some(Event::Finished(result)) => break Some(result),
             None => break Some(Err(driver_vanished(&inner.config))),
@@ -100,7 +99,7 @@ pub(crate) async fn execute(
                 match tokio::time::timeout_at(drain_until, events.recv()).await {
                     Ok(Some(Event::Output(chunk))) => {
                         sink(&chunk);
-                        chunks.push(chunk);
+                        kept.push(chunk);
                     }
                     Ok(Some(Event::Finished(result))) => {
                         confirmed_dead = result.is_ok();
@@ -115,12 +114,24 @@ pub(crate) async fn execute(
             }
         }
     };
-    Ok(Execution {
+    let (chunks, omitted_bytes, omitted_at) = kept.finish();
+    let execution = Execution {
         host: inner.config.host.clone(),
         chunks,
         status,
         duration: started.elapsed(),
-    })
+        omitted_bytes,
+        omitted_at,
+    };
+    tracing::debug!(
+        status = ?execution.status,
+        duration_ms = execution.duration.as_millis() as u64,
+        stdout_bytes = execution.stdout_len(),
+        stderr_bytes = execution.stderr_len(),
+        omitted_bytes,
+        "command finished"
+    );
+    Ok(execution)
 }
 
 fn driver_vanished(config: &Config) -> Error {
@@ -154,6 +165,7 @@ async fn drive_command(
         acquired = acquire_channel(inner) => acquired,
     };
     let (mut slot, mut channel) = acquired?;
+    tracing::trace!(session = slot.session.id, "channel open");
     if !matches!(kill.try_recv(), Err(oneshot::error::TryRecvError::Empty)) {
         // Timed out or cancelled while the channel was opening: close it unused.
         let _ = channel.close().await;
@@ -170,6 +182,7 @@ async fn drive_command(
         });
     }
     // From here on the command may be running: it is never sent again.
+    tracing::trace!("exec request sent");
     if request.stdin.is_empty() {
         let _ = channel.eof().await;
     } else {

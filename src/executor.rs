@@ -123,6 +123,11 @@ impl SshExecutor {
         &self.inner.config.host
     }
 
+    /// The configured port.
+    pub fn port(&self) -> u16 {
+        self.inner.config.port
+    }
+
     /// The configured remote working directory (`None`: the login directory).
     pub fn workdir(&self) -> Option<&Path> {
         self.inner.config.workdir.as_deref()
@@ -210,8 +215,15 @@ impl SshExecutor {
         };
         let timeout = self.resolve_timeout(options.timeout);
         // The command text may hold secrets typed by an agent: log its length only.
-        let span = tracing::debug_span!("ssh_exec", host = %self.inner.config.host,
-            command_len = command.len(), ?timeout);
+        let command_id = self
+            .inner
+            .registry
+            .counters
+            .commands
+            .fetch_add(1, Ordering::Relaxed)
+            + 1;
+        let span = tracing::debug_span!("ssh_command", host = %self.inner.config.host,
+            command_id, command_len = command.len(), ?timeout);
         exec::execute(&self.inner, request, timeout, sink)
             .instrument(span)
             .await

@@ -10,12 +10,17 @@ use std::{
 };
 
 use russh::client::Handle;
+use tokio::{
+    io::{AsyncRead, AsyncWrite},
+    net::TcpStream,
+};
 
 use crate::{
-    auth::{self, Target},
+    auth::{self, AuthMethod, Target},
     builder::Config,
     error::{Error, Phase, Result},
-    host_key::{ClientHandler, HandlerError},
+    host_key::{ClientHandler, HandlerError, HostKeyPolicy},
+    jump::{self, HopChain},
 };
 
 /// An authenticated connection shared by up to `capacity` commands at once.
@@ -30,7 +35,10 @@ pub(crate) struct Session {
     /// How many slots this connection may carry; lowered when the server refuses channels.
     pub(crate) capacity: AtomicU32,
     /// The reusable SFTP channel, opened on first use.
-    pub(crate) sftp: tokio::sync::Mutex<Option<Arc<russh_sftp::client::SftpSession>>>,
+    pub(crate) sftp: tokio::sync::Mutex<Option<Arc<crate::sftp::SftpChannel>>>,
+    /// The jump-host connections this one runs through, kept alive until it disconnects
+    /// (shared with the executor's other connections: the last one out closes them).
+    hops: std::sync::Mutex<Option<Arc<HopChain>>>,
 }
 
 impl std::fmt::Debug for Session {
@@ -42,6 +50,7 @@ impl std::fmt::Debug for Session {
             .field("capacity", &self.capacity.load(Ordering::Relaxed))
             .field("dead", &self.is_dead())
             .field("retired", &self.retired.load(Ordering::Relaxed))
+            .field("hops", &self.hops())
             .finish()
     }
 }
@@ -49,7 +58,17 @@ impl std::fmt::Debug for Session {
 impl Session {
     /// The transport is gone (russh noticed, or the server disconnected).
     pub(crate) fn is_dead(&self) -> bool {
-        self.closed.load(Ordering::Acquire) || self.handle.is_closed()
+        self.closed.load(Ordering::Acquire)
+            || self.handle.is_closed()
+            || self.hops().is_some_and(|hops| hops.is_dead())
+    }
+
+    fn hops(&self) -> Option<Arc<HopChain>> {
+        // A poisoned lock only means a panic elsewhere while swapping an Option.
+        self.hops
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// No new slots go here; existing ones finish.
@@ -77,6 +96,12 @@ impl Session {
                 .disconnect(russh::Disconnect::ByApplication, "", "en"),
         )
         .await;
+        // The registry may keep this session around for a while (after `close`, say): let
+        // go of the hop chain now, so its connections close once no session needs them.
+        self.hops
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
     }
 }
 
@@ -106,72 +131,158 @@ fn russh_config(config: &Config) -> russh::client::Config {
     }
 }
 
-/// Opens, verifies and authenticates a new connection, and pays the first-channel stall with
-/// a warm-up ping. Everything runs under `connect_timeout`.
-pub(crate) async fn dial(config: &Config, id: u64) -> Result<Session> {
-    let deadline = config.connect_timeout;
-    let host = config.host.clone();
-    let port = config.port;
-    let timeout_error = |phase| Error::Timeout {
-        host: host.clone(),
-        port,
-        phase,
-        after: deadline,
-    };
-    let started = Instant::now();
-    let remaining = || deadline.saturating_sub(started.elapsed());
+/// One SSH server to reach: the target or a jump host.
+#[derive(Clone, Copy)]
+pub(crate) struct Peer<'a> {
+    pub(crate) host: &'a str,
+    pub(crate) port: u16,
+    pub(crate) user: &'a str,
+    pub(crate) auth: &'a [AuthMethod],
+    pub(crate) policy: &'a HostKeyPolicy,
+}
 
-    let stream = tokio::time::timeout(
-        remaining(),
-        tokio::net::TcpStream::connect((config.host.as_str(), config.port)),
-    )
-    .await
-    .map_err(|_| timeout_error(Phase::Connect))?
-    .map_err(|source| Error::Connect {
-        host: host.clone(),
-        port,
-        source,
-    })?;
+impl<'a> Peer<'a> {
+    fn target(config: &'a Config) -> Self {
+        Peer {
+            host: &config.host,
+            port: config.port,
+            user: &config.user,
+            auth: &config.auth,
+            policy: &config.host_key_policy,
+        }
+    }
+}
 
+/// The `connect_timeout` budget of one peer: reaching it, the handshake and authentication.
+#[derive(Clone, Copy)]
+pub(crate) struct Budget {
+    started: Instant,
+    limit: Duration,
+}
+
+impl Budget {
+    pub(crate) fn start(limit: Duration) -> Self {
+        Budget {
+            started: Instant::now(),
+            limit,
+        }
+    }
+
+    /// Runs `future` within what is left of the budget; running out names `peer` and `phase`.
+    pub(crate) async fn run<T>(
+        &self,
+        peer: (&str, u16),
+        phase: Phase,
+        future: impl Future<Output = T>,
+    ) -> Result<T> {
+        let remaining = self.limit.saturating_sub(self.started.elapsed());
+        tokio::time::timeout(remaining, future)
+            .await
+            .map_err(|_| Error::Timeout {
+                host: peer.0.to_owned(),
+                port: peer.1,
+                phase,
+                after: self.limit,
+            })
+    }
+}
+
+/// Opens the TCP connection to `peer`.
+pub(crate) async fn tcp_connect(peer: &Peer<'_>, budget: &Budget) -> Result<TcpStream> {
+    budget
+        .run(
+            (peer.host, peer.port),
+            Phase::Connect,
+            TcpStream::connect((peer.host, peer.port)),
+        )
+        .await?
+        .map_err(|source| Error::Connect {
+            host: peer.host.to_owned(),
+            port: peer.port,
+            source,
+        })
+}
+
+/// Runs the SSH handshake over `stream` (host key checked against `peer`'s own policy,
+/// host and port), then authenticates as `peer`'s user. Returns the handle and the flag
+/// the handler sets when the connection ends.
+pub(crate) async fn handshake<S>(
+    russh_config: Arc<russh::client::Config>,
+    stream: S,
+    peer: &Peer<'_>,
+    budget: &Budget,
+) -> Result<(Handle<ClientHandler>, Arc<AtomicBool>)>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let closed = Arc::new(AtomicBool::new(false));
     let handler = ClientHandler {
-        policy: config.host_key_policy.clone(),
-        host: host.clone(),
-        port,
+        policy: peer.policy.clone(),
+        host: peer.host.to_owned(),
+        port: peer.port,
         closed: closed.clone(),
     };
-    let mut handle = tokio::time::timeout(
-        remaining(),
-        russh::client::connect_stream(Arc::new(russh_config(config)), stream, handler),
-    )
-    .await
-    .map_err(|_| timeout_error(Phase::Handshake))?
-    .map_err(|e| match e {
-        HandlerError::HostKey(e) => e,
-        HandlerError::Ssh(source) => Error::Ssh {
-            host: host.clone(),
-            port,
-            phase: Phase::Handshake,
-            source,
-        },
-    })?;
-
+    let place = (peer.host, peer.port);
+    let mut handle = budget
+        .run(
+            place,
+            Phase::Handshake,
+            russh::client::connect_stream(russh_config, stream, handler),
+        )
+        .await?
+        .map_err(|e| match e {
+            HandlerError::HostKey(e) => e,
+            HandlerError::Ssh(source) => Error::Ssh {
+                host: peer.host.to_owned(),
+                port: peer.port,
+                phase: Phase::Handshake,
+                source,
+            },
+        })?;
     let target = Target {
-        user: &config.user,
-        host: &host,
-        port,
+        user: peer.user,
+        host: peer.host,
+        port: peer.port,
     };
-    tokio::time::timeout(
-        remaining(),
-        auth::authenticate(&mut handle, &target, &config.auth),
-    )
-    .await
-    .map_err(|_| timeout_error(Phase::Auth))??;
+    budget
+        .run(
+            place,
+            Phase::Auth,
+            auth::authenticate(&mut handle, &target, peer.auth),
+        )
+        .await??;
+    Ok((handle, closed))
+}
+
+/// Opens, verifies and authenticates a new connection, directly or through the configured
+/// jump hosts, and pays the first-channel stall with a warm-up ping. Every step runs under
+/// `connect_timeout`; with jump hosts, each hop and the target get a budget of their own
+/// (as each `ssh` of an OpenSSH `ProxyJump` chain applies its own `ConnectTimeout`).
+pub(crate) async fn dial(config: &Config, id: u64) -> Result<Session> {
+    let started = Instant::now();
+    let russh_config = Arc::new(russh_config(config));
+    let peer = Peer::target(config);
+    let (handle, closed, hops, budget) = if config.jump_hosts.is_empty() {
+        let budget = Budget::start(config.connect_timeout);
+        let stream = tcp_connect(&peer, &budget).await?;
+        let (handle, closed) = handshake(russh_config, stream, &peer, &budget).await?;
+        (handle, closed, None, budget)
+    } else {
+        let chain = jump::chain(config, russh_config.clone()).await?;
+        // The target's budget starts once its last hop is up.
+        let budget = Budget::start(config.connect_timeout);
+        let stream = chain.open(peer.host, peer.port, &budget).await?;
+        let (handle, closed) = handshake(russh_config, stream, &peer, &budget).await?;
+        (handle, closed, Some(chain), budget)
+    };
 
     // Best effort: a failed ping shows up as a dead session right after.
-    let _ = tokio::time::timeout(remaining(), handle.send_ping()).await;
+    let _ = budget
+        .run((peer.host, peer.port), Phase::Handshake, handle.send_ping())
+        .await;
 
-    tracing::debug!(%host, port, id, elapsed = ?started.elapsed(), "connected");
+    tracing::debug!(host = %peer.host, port = peer.port, id, hops = config.jump_hosts.len(),
+        elapsed = ?started.elapsed(), "connected");
     Ok(Session {
         handle,
         id,
@@ -181,5 +292,6 @@ pub(crate) async fn dial(config: &Config, id: u64) -> Result<Session> {
         slots: AtomicU32::new(0),
         capacity: AtomicU32::new(config.channels_per_connection),
         sftp: tokio::sync::Mutex::new(None),
+        hops: std::sync::Mutex::new(hops),
     })
 }

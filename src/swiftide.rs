@@ -4,14 +4,17 @@
 use std::{path::Path, time::Duration};
 
 use async_trait::async_trait;
+use futures::StreamExt;
 use swiftide_core::{
     Command, CommandError, CommandOutput, CommandOutputChunk, CommandOutputSink, ToolExecutor,
-    indexing::IndexingStream, report_buffered_output,
+    indexing::{IndexingStream, TextNode},
+    report_buffered_output,
 };
 
 use crate::{
-    error::{Error, SftpStatus},
+    error::Error,
     executor::{ExecOptions, SshExecutor},
+    files::{self, LoadedFile},
     output::{Execution, ExitStatus, OutputChunk},
 };
 
@@ -29,7 +32,19 @@ fn executor_error(error: Error) -> CommandError {
 }
 
 fn to_result(execution: Execution) -> Result<CommandOutput, CommandError> {
-    let output = CommandOutput::from_chunks(execution.chunks.iter().map(to_swiftide));
+    let mut chunks: Vec<CommandOutputChunk> = execution.chunks.iter().map(to_swiftide).collect();
+    if execution.omitted_bytes > 0 {
+        // CommandOutput has no truncation flag: say it in the text a model reads.
+        let marker = format!(
+            "\n[... {} bytes of output omitted ...]\n",
+            execution.omitted_bytes
+        );
+        chunks.insert(
+            execution.omitted_at.min(chunks.len()),
+            CommandOutputChunk::Stdout(marker.into()),
+        );
+    }
+    let output = CommandOutput::from_chunks(chunks);
     match execution.status {
         ExitStatus::Code(0) => Ok(output),
         ExitStatus::TimedOut { timeout, .. } => Err(CommandError::TimedOut { timeout, output }),
@@ -37,16 +52,30 @@ fn to_result(execution: Execution) -> Result<CommandOutput, CommandError> {
     }
 }
 
-/// The reason part of LocalExecutor's (fs-err's) file error messages.
-fn file_failure(error: &Error) -> Option<String> {
+/// The reason part of LocalExecutor's (fs-err's) file error messages, e.g. `Is a directory
+/// (os error 21)`, when the failure is about the file (the server answered with a status).
+/// Transport and input failures give `None`: they become `ExecutorError`.
+fn file_failure(error: &Error) -> Option<&str> {
     match error {
-        Error::Sftp { status, reason, .. } => Some(match status {
-            Some(SftpStatus::NoSuchFile) => "No such file or directory".to_owned(),
-            Some(SftpStatus::PermissionDenied) => "Permission denied".to_owned(),
-            _ => reason.clone(),
-        }),
+        Error::Sftp {
+            status: Some(_),
+            reason,
+            ..
+        } => Some(reason),
         _ => None,
     }
+}
+
+/// A loaded file as LocalExecutor's loader builds its node: the content decoded lossily, and
+/// `original_size` the length of that decoded text.
+fn to_node(file: LoadedFile) -> anyhow::Result<TextNode> {
+    let chunk = String::from_utf8_lossy(&file.content).into_owned();
+    let original_size = chunk.len();
+    TextNode::builder()
+        .path(file.path)
+        .chunk(chunk)
+        .original_size(original_size)
+        .build()
 }
 
 impl SshExecutor {
@@ -76,7 +105,7 @@ impl SshExecutor {
     ) -> Result<CommandOutput, CommandError> {
         let resolved = self.resolve_path(path, current_dir);
         self.with_timeout(timeout, async {
-            match self.read_file_bytes(&resolved).await {
+            match self.read_resolved(&resolved).await {
                 Ok(bytes) => Ok(CommandOutput::new(bytes)),
                 Err(error) => match file_failure(&error) {
                     Some(reason) => Err(CommandError::NonZeroExit(
@@ -102,7 +131,7 @@ impl SshExecutor {
     ) -> Result<CommandOutput, CommandError> {
         let resolved = self.resolve_path(path, current_dir);
         self.with_timeout(timeout, async {
-            match self.write_file_bytes(&resolved, content.as_bytes()).await {
+            match self.write_resolved(&resolved, content.as_bytes()).await {
                 Ok(()) => Ok(CommandOutput::empty()),
                 Err(error) => match file_failure(&error) {
                     Some(reason) => Err(CommandError::NonZeroExit(
@@ -171,14 +200,21 @@ impl ToolExecutor for SshExecutor {
         }
     }
 
+    /// Streams the files below `path` as LocalExecutor does (see the `files` module for the
+    /// selection rules). A relative `path` resolves against the workdir, not the local
+    /// process's directory as in LocalExecutor. Always `Ok`: every failure, including a
+    /// missing root, is an `Err` item.
     async fn stream_files(
         &self,
         path: &Path,
         extensions: Option<Vec<String>>,
     ) -> anyhow::Result<IndexingStream<String>> {
-        let _ = (path, extensions);
-        Ok(IndexingStream::from(anyhow::anyhow!(
-            "stream_files is not available yet in swiftide-ssh-executor"
-        )))
+        let root = self.resolve_path(path, None);
+        let files = files::walk_files(self.clone(), root, extensions);
+        let nodes = futures::stream::unfold(files, |mut files| async move {
+            let item = files.recv().await?;
+            Some((item.and_then(to_node), files))
+        });
+        Ok(nodes.boxed().into())
     }
 }

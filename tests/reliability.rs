@@ -172,12 +172,15 @@ async fn commands_run_at_most_once_when_the_server_restarts_under_load() {
         .unwrap();
     let marks = tb.scratch_dir().join("marks");
     std::fs::create_dir_all(&marks).unwrap();
-    let total = 300;
+    let total = 1000;
+    let concurrency = std::sync::Arc::new(tokio::sync::Semaphore::new(64));
     let tasks: Vec<_> = (0..total)
         .map(|i| {
             let ex = ex.clone();
             let mark = marks.join(i.to_string());
+            let concurrency = concurrency.clone();
             tokio::spawn(async move {
+                let _permit = concurrency.acquire_owned().await.unwrap();
                 // Each command appends a line: running twice would leave two.
                 let command = format!("echo x >> {}; sleep 0.05; echo {i}", mark.display());
                 (
@@ -188,7 +191,7 @@ async fn commands_run_at_most_once_when_the_server_restarts_under_load() {
         })
         .collect();
     for _ in 0..2 {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        tokio::time::sleep(Duration::from_millis(600)).await;
         tb.restart().unwrap();
     }
     let (mut ok, mut failed) = (0, 0);
@@ -387,4 +390,108 @@ async fn huge_binary_output_is_byte_exact() {
     assert!(out.stdout() == data, "8 MB of binary stdout differ");
     assert_eq!(out.status, ExitStatus::Code(0));
     assert!(out.chunks.len() > 1);
+}
+
+#[tokio::test]
+async fn an_output_cap_keeps_head_and_tail_while_the_sink_sees_everything() {
+    let tb = testbed();
+    let ex = builder(&tb)
+        .max_output_bytes(Some(1 << 20))
+        .build()
+        .await
+        .unwrap();
+    let mut streamed = 0u64;
+    let total: u64 = 256 << 20;
+    let out = ex
+        .execute(
+            &format!("printf HEAD; head -c {} /dev/zero; printf TAIL", total - 8),
+            swiftide_ssh_executor::ExecOptions::default(),
+            &mut |c| streamed += c.bytes().len() as u64,
+        )
+        .await
+        .unwrap();
+    assert_eq!(streamed, total);
+    let kept = out.stdout();
+    assert_eq!(kept.len(), 1 << 20);
+    assert!(kept.starts_with(b"HEAD") && kept.ends_with(b"TAIL"));
+    assert_eq!(out.omitted_bytes, total - (1 << 20));
+
+    use swiftide_core::ToolExecutor;
+    let text = ex
+        .exec_cmd(&swiftide_core::Command::shell("seq 1 200000"))
+        .await
+        .unwrap()
+        .to_string();
+    assert!(text.starts_with("1\n2\n"), "{}", &text[..20]);
+    assert!(text.ends_with("199999\n200000\n"));
+    assert!(text.contains("bytes of output omitted ...]"));
+}
+
+#[tokio::test]
+async fn accept_new_refuses_a_changed_key() {
+    let tb = testbed();
+    let file = known_hosts_with(
+        &tb,
+        "accept_new",
+        &format!("[127.0.0.1]:{} {}\n", tb.port(), old_key(&tb)),
+    );
+    let err = builder(&tb)
+        .accept_new_host_keys(&file)
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::HostKeyMismatch { line: 1, .. }),
+        "{err}"
+    );
+    // Nothing was appended.
+    assert_eq!(std::fs::read_to_string(&file).unwrap().lines().count(), 1);
+}
+
+#[tokio::test]
+async fn a_user_the_server_rejects_is_refused_by_name() {
+    let tb = testbed();
+    let err = builder(&tb).user("nobody-here").build().await.unwrap_err();
+    match &err {
+        Error::AuthRejected { user, tried, .. } => {
+            assert_eq!(user, "nobody-here");
+            assert!(
+                tried.contains(&tb.private_key_path().display().to_string()),
+                "{err}"
+            );
+        }
+        other => panic!("expected AuthRejected, got {other}"),
+    }
+}
+
+#[tokio::test]
+async fn a_connection_storm_on_a_cold_pool_meets_server_limits_without_failures() {
+    let tb = Testbed::builder()
+        .max_sessions(10)
+        .max_startups("10:30:100")
+        .start()
+        .unwrap();
+    let ex = builder(&tb).max_connections(8).build_lazy().unwrap();
+    let tasks: Vec<_> = (0..200)
+        .map(|i| {
+            let ex = ex.clone();
+            tokio::spawn(async move { ex.run(&format!("echo {i}")).await })
+        })
+        .collect();
+    let mut failures = Vec::new();
+    for (i, task) in tasks.into_iter().enumerate() {
+        match task.await.unwrap() {
+            Ok(out) if out.stdout() == format!("{i}\n").as_bytes() => {}
+            other => failures.push(format!("{i}: {other:?}")),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failures: {:?}",
+        failures.len(),
+        &failures[..failures.len().min(5)]
+    );
+    let stats = ex.pool_stats();
+    assert!(stats.dials <= 8, "{stats:?}");
+    eprintln!("storm: {stats:?}");
 }

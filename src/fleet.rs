@@ -1,0 +1,346 @@
+//! Running one command on many hosts: bounded concurrency, a deadline per host, live output
+//! per host, and a per-host result with a summary.
+
+use std::{path::Path, time::Duration};
+
+use futures::StreamExt;
+use tokio::sync::mpsc;
+
+use crate::{
+    builder::SshExecutorBuilder,
+    error::{Error, Phase, Result},
+    executor::{ExecOptions, SshExecutor},
+    output::{Execution, ExitStatus, OutputChunk},
+};
+
+/// Runs commands on a set of hosts. One slow or dead host never holds up the others: each
+/// host has its own deadline and at most [`concurrency`](Fleet::concurrency) hosts run at
+/// once.
+#[derive(Debug, Clone)]
+pub struct Fleet {
+    members: Vec<SshExecutor>,
+    concurrency: usize,
+    per_host_timeout: Option<Duration>,
+}
+
+/// Something that happened on one host, delivered while the fleet runs.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum FleetEvent<'a> {
+    /// The host's command is about to start (its connection may still be opening).
+    Started {
+        /// The host.
+        host: &'a str,
+    },
+    /// A chunk of the host's output, as it arrived.
+    Output {
+        /// The host.
+        host: &'a str,
+        /// The chunk.
+        chunk: &'a OutputChunk,
+    },
+    /// The host finished (or failed, or ran out of time).
+    Finished {
+        /// Its result.
+        result: &'a HostResult,
+    },
+}
+
+/// The outcome on one host.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct HostResult {
+    /// The host.
+    pub host: String,
+    /// The command's execution (exit code or signal, output, duration), or why there is none
+    /// (connection refused, authentication, the per-host deadline, ...).
+    pub outcome: Result<Execution>,
+    /// Wall time for this host, connection included.
+    pub duration: Duration,
+}
+
+impl HostResult {
+    /// `true` when the command ran and exited 0.
+    pub fn success(&self) -> bool {
+        matches!(&self.outcome, Ok(e) if e.status.success())
+    }
+
+    /// A short status word for tables: `ok`, `exit N`, `signal S`, `timeout`, `error`.
+    pub fn status_text(&self) -> String {
+        match &self.outcome {
+            Ok(execution) => match &execution.status {
+                ExitStatus::Code(0) => "ok".to_owned(),
+                ExitStatus::Code(code) => format!("exit {code}"),
+                ExitStatus::Signal { name, .. } => format!("signal {name}"),
+                ExitStatus::TimedOut { .. } => "timeout".to_owned(),
+                _ => "unknown".to_owned(),
+            },
+            Err(Error::Timeout { .. }) => "timeout".to_owned(),
+            Err(_) => "error".to_owned(),
+        }
+    }
+}
+
+/// All hosts' results, in the order the hosts were given.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct FleetReport {
+    /// One result per host.
+    pub results: Vec<HostResult>,
+    /// Wall time for the whole run.
+    pub duration: Duration,
+}
+
+/// Counts over a [`FleetReport`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct FleetSummary {
+    /// Hosts where the command exited 0.
+    pub succeeded: usize,
+    /// Hosts where the command ran and failed (nonzero exit, signal).
+    pub failed: usize,
+    /// Hosts where the command or the connection ran out of time.
+    pub timed_out: usize,
+    /// Hosts that could not run the command (connection, authentication, host key).
+    pub unreachable: usize,
+}
+
+impl FleetReport {
+    /// Counts successes, failures, timeouts and unreachable hosts.
+    pub fn summary(&self) -> FleetSummary {
+        let mut summary = FleetSummary::default();
+        for result in &self.results {
+            match &result.outcome {
+                Ok(e) if e.status.success() => summary.succeeded += 1,
+                Ok(Execution {
+                    status: ExitStatus::TimedOut { .. },
+                    ..
+                })
+                | Err(Error::Timeout { .. }) => summary.timed_out += 1,
+                Ok(_) => summary.failed += 1,
+                Err(_) => summary.unreachable += 1,
+            }
+        }
+        summary
+    }
+}
+
+/// One line of an inventory file: `[user@]host[:port]`.
+fn parse_inventory_line(line: &str) -> Option<(Option<&str>, &str, Option<u16>)> {
+    let line = line.split('#').next()?.trim();
+    if line.is_empty() {
+        return None;
+    }
+    let (user, rest) = match line.split_once('@') {
+        Some((user, rest)) => (Some(user), rest),
+        None => (None, line),
+    };
+    // `[v6::addr]:port` or `host:port`; a bare IPv6 address has several colons.
+    if let Some(inner) = rest.strip_prefix('[') {
+        let (host, after) = inner.split_once(']')?;
+        let port = after.strip_prefix(':').and_then(|p| p.parse().ok());
+        return Some((user, host, port));
+    }
+    match rest.rsplit_once(':') {
+        Some((host, port)) if !host.contains(':') => Some((user, host, port.parse().ok())),
+        _ => Some((user, rest, None)),
+    }
+}
+
+impl Fleet {
+    /// A fleet of already-configured executors (one per host).
+    pub fn new(members: impl IntoIterator<Item = SshExecutor>) -> Self {
+        Self {
+            members: members.into_iter().collect(),
+            concurrency: 16,
+            per_host_timeout: None,
+        }
+    }
+
+    /// One executor per host name, each from `template` with its host replaced. Connections
+    /// open lazily, inside each host's deadline.
+    ///
+    /// # Errors
+    /// Invalid settings in `template`.
+    pub fn from_hosts(
+        hosts: impl IntoIterator<Item = impl Into<String>>,
+        template: &SshExecutorBuilder,
+    ) -> Result<Self> {
+        let members = hosts
+            .into_iter()
+            .map(|host| template.clone().host(host).build_lazy())
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self::new(members))
+    }
+
+    /// Reads an inventory file: one `[user@]host[:port]` per line, `#` comments and blank
+    /// lines ignored. Values on a line override `template`.
+    ///
+    /// # Errors
+    /// An unreadable file ([`Error::InvalidInput`]) or invalid settings.
+    pub fn from_inventory(path: &Path, template: &SshExecutorBuilder) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::InvalidInput {
+            reason: format!("cannot read inventory {}: {e}", path.display()),
+        })?;
+        let mut members = Vec::new();
+        for line in text.lines() {
+            let Some((user, host, port)) = parse_inventory_line(line) else {
+                continue;
+            };
+            let mut builder = template.clone().host(host);
+            if let Some(user) = user {
+                builder = builder.user(user);
+            }
+            if let Some(port) = port {
+                builder = builder.port(port);
+            }
+            members.push(builder.build_lazy()?);
+        }
+        Ok(Self::new(members))
+    }
+
+    /// How many hosts run at once. Defaults to 16.
+    #[must_use]
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n.max(1);
+        self
+    }
+
+    /// Deadline per host, covering connecting, authenticating and the command. The command
+    /// itself also gets this as its timeout, so a host over the deadline has its process
+    /// group killed. Defaults to `None` (commands use their executor's default timeout).
+    #[must_use]
+    pub fn per_host_timeout(mut self, timeout: Duration) -> Self {
+        self.per_host_timeout = Some(timeout);
+        self
+    }
+
+    /// The hosts' executors.
+    pub fn members(&self) -> &[SshExecutor] {
+        &self.members
+    }
+
+    /// Runs `command` on every host, calling `on_event` as hosts start, stream output and
+    /// finish, and returns every host's result in the order the hosts were given.
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops every host's command, which kills their process groups.
+    pub async fn run(
+        &self,
+        command: &str,
+        mut on_event: impl FnMut(FleetEvent<'_>),
+    ) -> FleetReport {
+        let started = std::time::Instant::now();
+        let (tx, mut rx) = mpsc::unbounded_channel::<(usize, OutputChunk)>();
+        let timeout = self.per_host_timeout;
+        let mut runs = futures::stream::iter(self.members.iter().enumerate())
+            .map(move |(index, executor)| {
+                let tx = tx.clone();
+                async move {
+                    let began = std::time::Instant::now();
+                    let mut sink = |chunk: &OutputChunk| {
+                        let _ = tx.send((index, chunk.clone()));
+                    };
+                    let options = ExecOptions {
+                        timeout,
+                        ..ExecOptions::default()
+                    };
+                    let work = executor.execute(command, options, &mut sink);
+                    let outcome = match timeout {
+                        // The command's own timeout kills it; this outer bound catches a
+                        // connection that never completes, with the kill's drain to spare.
+                        Some(limit) => tokio::time::timeout(limit + Duration::from_secs(5), work)
+                            .await
+                            .unwrap_or_else(|_| {
+                                Err(Error::Timeout {
+                                    host: executor.host().to_owned(),
+                                    port: executor.port(),
+                                    phase: Phase::Connect,
+                                    after: limit,
+                                })
+                            }),
+                        None => work.await,
+                    };
+                    (
+                        index,
+                        HostResult {
+                            host: executor.host().to_owned(),
+                            outcome,
+                            duration: began.elapsed(),
+                        },
+                    )
+                }
+            })
+            .buffer_unordered(self.concurrency);
+
+        let mut results: Vec<Option<HostResult>> = (0..self.members.len()).map(|_| None).collect();
+        let mut started_hosts = 0;
+        let mut announce = |on_event: &mut dyn FnMut(FleetEvent<'_>), upto: usize| {
+            while started_hosts < upto.min(self.members.len()) {
+                if let Some(member) = self.members.get(started_hosts) {
+                    on_event(FleetEvent::Started {
+                        host: member.host(),
+                    });
+                }
+                started_hosts += 1;
+            }
+        };
+        announce(&mut on_event, self.concurrency);
+        let mut finished = 0;
+        loop {
+            tokio::select! {
+                biased;
+                Some((index, chunk)) = rx.recv() => {
+                    if let Some(member) = self.members.get(index) {
+                        on_event(FleetEvent::Output { host: member.host(), chunk: &chunk });
+                    }
+                }
+                next = runs.next() => match next {
+                    Some((index, result)) => {
+                        // Output sent before the result must be reported first.
+                        while let Ok((i, chunk)) = rx.try_recv() {
+                            if let Some(member) = self.members.get(i) {
+                                on_event(FleetEvent::Output { host: member.host(), chunk: &chunk });
+                            }
+                        }
+                        on_event(FleetEvent::Finished { result: &result });
+                        if let Some(slot) = results.get_mut(index) {
+                            *slot = Some(result);
+                        }
+                        finished += 1;
+                        announce(&mut on_event, finished + self.concurrency);
+                    }
+                    None => break,
+                },
+            }
+        }
+        FleetReport {
+            results: results.into_iter().flatten().collect(),
+            duration: started.elapsed(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_inventory_line;
+
+    #[test]
+    fn inventory_lines() {
+        assert_eq!(parse_inventory_line("  # comment"), None);
+        assert_eq!(parse_inventory_line(""), None);
+        assert_eq!(parse_inventory_line("web-1"), Some((None, "web-1", None)));
+        assert_eq!(
+            parse_inventory_line("ci@web-2:2222 # build box"),
+            Some((Some("ci"), "web-2", Some(2222)))
+        );
+        assert_eq!(
+            parse_inventory_line("[::1]:2200"),
+            Some((None, "::1", Some(2200)))
+        );
+        assert_eq!(
+            parse_inventory_line("fe80::1"),
+            Some((None, "fe80::1", None))
+        );
+    }
+}
