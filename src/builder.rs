@@ -371,9 +371,10 @@ impl SshExecutorBuilder {
         self
     }
 
-    /// On timeout or cancellation the remote process group gets SIGTERM, then SIGKILL if any
-    /// member is still alive after this grace period. `Duration::ZERO` sends SIGKILL at once
-    /// (LocalExecutor's behaviour). Defaults to 1 second.
+    /// On timeout or cancellation the remote process group gets SIGTERM, then, once the
+    /// command's leader has exited or this grace period has passed, SIGKILL (which also takes
+    /// members that ignore SIGTERM). `Duration::ZERO` sends SIGKILL at once (LocalExecutor's
+    /// behaviour). Defaults to 1 second.
     pub fn kill_grace(mut self, grace: Duration) -> Self {
         self.kill_grace = grace;
         self
@@ -381,11 +382,10 @@ impl SshExecutorBuilder {
 
     /// Kills a command's remote process group (SIGKILL) when its SSH connection is gone: the
     /// client process died, the connection broke or was closed. sshd itself leaves such
-    /// commands running. A small watchdog started with each command checks once a second,
-    /// so the group dies about a second after the server's sshd notices the disconnect (at
-    /// once when the client's TCP connection closes; after `ClientAliveInterval` ×
-    /// `ClientAliveCountMax` for a silent network cut). Costs one `sleep 1` process per
-    /// second per running command. Defaults to `true`.
+    /// commands running. The command's supervisor (see the crate docs) notices when sshd
+    /// closes the channel's stdin, which happens at once when the client's TCP connection
+    /// closes and, for a silent network cut, once the server's sshd gives up on the client
+    /// (`ClientAliveInterval` × `ClientAliveCountMax`, or TCP keepalive). Defaults to `true`.
     pub fn kill_on_disconnect(mut self, enabled: bool) -> Self {
         self.kill_on_disconnect = enabled;
         self

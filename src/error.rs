@@ -251,7 +251,10 @@ pub enum Error {
         last_error: Option<Arc<Error>>,
     },
 
-    /// An SFTP operation on a remote path failed.
+    /// A file operation on a remote path failed: an SFTP request, or the exec fallback used
+    /// for paths that are not valid UTF-8. `reason` uses LocalExecutor's wording where the
+    /// cause is known (`No such file or directory (os error 2)`, `Is a directory (os error
+    /// 21)`, ...); `status` is `None` when the transport, not the file, failed.
     #[error("sftp {operation} `{path}` on {host}: {reason}")]
     Sftp {
         /// Destination host.

@@ -35,10 +35,14 @@ use crate::{
 pub(crate) struct ExecRequest {
     /// The exec request text (see [`shell::wrapper`]).
     pub(crate) wrapper: Vec<u8>,
-    /// Bytes for the command's stdin, followed by EOF.
+    /// Bytes for the command's stdin, followed by EOF (uncontrolled requests only).
     pub(crate) stdin: Vec<u8>,
     /// The stderr marker prefix the wrapper prints with its pgid.
     pub(crate) marker: String,
+    /// The channel's stdin is the wrapper's control line (see [`shell::Wrapped`]): the kill
+    /// is `K\n` on this channel. Otherwise it is sent from a second channel once the pgid is
+    /// known.
+    pub(crate) controlled: bool,
 }
 
 enum Event {
@@ -159,16 +163,14 @@ async fn drive_command(
 ) -> Result<ExitStatus> {
     let config = &inner.config;
     // Waiting for a slot is abortable: nothing has been sent yet.
-    let acquired = tokio::select! {
-        biased;
-        _ = &mut *kill => return Ok(ExitStatus::Unknown),
-        acquired = acquire_channel(inner) => acquired,
+    let (mut slot, mut channel) = match acquire_channel(inner, kill).await? {
+        Some(acquired) => acquired,
+        None => return Ok(ExitStatus::Unknown),
     };
-    let (mut slot, mut channel) = acquired?;
     tracing::trace!(session = slot.session.id, "channel open");
     if !matches!(kill.try_recv(), Err(oneshot::error::TryRecvError::Empty)) {
-        // Timed out or cancelled while the channel was opening: close it unused.
-        let _ = channel.close().await;
+        // Timed out or cancelled while the channel was opening: nothing has run.
+        release_unused(channel, config.connect_timeout).await;
         return Ok(ExitStatus::Unknown);
     }
 
@@ -183,7 +185,9 @@ async fn drive_command(
     }
     // From here on the command may be running: it is never sent again.
     tracing::trace!("exec request sent");
-    if request.stdin.is_empty() {
+    if request.controlled {
+        // stdin stays open: EOF would tell the supervisor that the client is gone.
+    } else if request.stdin.is_empty() {
         let _ = channel.eof().await;
     } else {
         // Written concurrently with the read loop: an interpreter that exits without reading
@@ -260,6 +264,18 @@ async fn drive_command(
                 break;
             }
         }
+        if kill_wanted && !kill_sent && request.controlled {
+            kill_sent = true;
+            inner
+                .registry
+                .counters
+                .kills
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::debug!(grace = ?config.kill_grace, "killing remote process group");
+            // One packet on the command's own channel: no extra channel, no round trip.
+            let _ = channel.data(&b"K\n"[..]).await;
+            let _ = channel.eof().await;
+        }
         if kill_wanted && !kill_sent {
             if let Some(pgid) = pgid {
                 kill_sent = true;
@@ -295,19 +311,51 @@ async fn drive_command(
     }
 }
 
+/// Hands an opened but unused channel back to the server.
+///
+/// A client-side `close()` leaks ~3.3 KiB in russh for good (the server's CLOSE reply is
+/// ignored), so the channel runs `exit 0` instead and the server closes it; `close()` is only
+/// the fallback when the server does not answer in time.
+async fn release_unused(mut channel: russh::Channel<russh::client::Msg>, limit: Duration) {
+    let closed_by_server = tokio::time::timeout(limit, async {
+        channel.exec(false, "exit 0").await.ok()?;
+        let _ = channel.eof().await;
+        while let Some(message) = channel.wait().await {
+            if matches!(message, russh::ChannelMsg::Close) {
+                break;
+            }
+        }
+        Some(())
+    })
+    .await;
+    if !matches!(closed_by_server, Ok(Some(()))) {
+        let _ = channel.close().await;
+    }
+}
+
 type PooledSlot = bb8::PooledConnection<'static, pool::SlotManager>;
 
-/// Gets a slot and opens a channel on it. A connection that keeps refusing channels is left
-/// for another slot once; the exec request has not been sent, so this is safe.
+/// Gets a slot and opens a channel on it; `None` when killed while waiting for the slot.
+///
+/// Only the wait for a slot is abortable. The open itself runs to completion (it is bounded by
+/// the connect timeout and the retries): dropping `channel_open_session` halfway leaves a
+/// channel the server has opened and nobody closes, which holds one of its `MaxSessions`
+/// slots and russh memory for good. A connection that keeps refusing channels is left for
+/// another slot once; the exec request has not been sent, so this is safe.
 async fn acquire_channel(
     inner: &Arc<Inner>,
-) -> Result<(PooledSlot, russh::Channel<russh::client::Msg>)> {
+    kill: &mut oneshot::Receiver<()>,
+) -> Result<Option<(PooledSlot, russh::Channel<russh::client::Msg>)>> {
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let mut slot = inner.acquire_slot().await?;
+        let mut slot = tokio::select! {
+            biased;
+            _ = &mut *kill => return Ok(None),
+            slot = inner.acquire_slot() => slot?,
+        };
         match slot.open_channel().await {
-            Ok(channel) => return Ok((slot, channel)),
+            Ok(channel) => return Ok(Some((slot, channel))),
             Err(Error::ChannelRefused { .. }) if attempt < 2 => continue,
             Err(e) => return Err(e),
         }

@@ -194,24 +194,23 @@ impl SshExecutor {
         options: ExecOptions,
         sink: &mut OutputSink<'_>,
     ) -> Result<Execution> {
-        if self.inner.closed.load(Ordering::Acquire) {
+        if self.is_closed() {
             return Err(Error::Closed);
         }
         let program = Program::parse(command);
         let marker = shell::marker_prefix(rand::random());
         let dir = self.resolve_dir(options.current_dir.as_deref());
         let config = &self.inner.config;
-        let wrapper = shell::wrapper(
-            &program,
-            dir.as_deref(),
-            &config.env,
-            &marker,
-            config.kill_on_disconnect,
-        )?;
+        let supervision = shell::Supervision {
+            kill_on_disconnect: config.kill_on_disconnect,
+            grace: config.kill_grace,
+        };
+        let wrapped = shell::wrapper(&program, dir.as_deref(), &config.env, &marker, supervision)?;
         let request = ExecRequest {
-            wrapper,
-            stdin: program.stdin().to_vec(),
+            wrapper: wrapped.request,
+            stdin: wrapped.stdin,
             marker,
+            controlled: wrapped.controlled,
         };
         let timeout = self.resolve_timeout(options.timeout);
         // The command text may hold secrets typed by an agent: log its length only.
@@ -227,6 +226,11 @@ impl SshExecutor {
         exec::execute(&self.inner, request, timeout, sink)
             .instrument(span)
             .await
+    }
+
+    /// Whether [`close`](Self::close) was called.
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::Acquire)
     }
 
     /// A snapshot of the pool's state and counters.

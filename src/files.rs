@@ -92,6 +92,7 @@ async fn run_script(
         wrapper,
         stdin,
         marker,
+        controlled: false,
     };
     exec::execute(&executor.inner, request, None, sink).await
 }

@@ -56,18 +56,23 @@
 //!
 //! # Timeouts, cancellation and killing
 //!
-//! sshd starts every command in a new session, so the command's shell is the leader of its own
-//! process group. The wrapper reports that group id on stderr (the line is removed before
-//! anyone sees it). On timeout, and when an exec future is dropped, the executor opens a second
-//! channel and sends `SIGTERM` to the whole group, waits up to
-//! [`kill_grace`](SshExecutorBuilder::kill_grace) (1 s by default) for it to empty, then sends
-//! `SIGKILL`; it drains the remaining output for up to 2 s more and returns `TimedOut`.
-//! Background children die with the group; a process that escaped it with `setsid` does not.
-//! The executor never relies on the SSH `signal` request (OpenSSH refuses it for root logins)
-//! or on closing the channel (which leaves a non-PTY command running).
+//! sshd starts every command in a new session, so the command's shell leads its own process
+//! group. The wrapper starts a supervisor in that group which reads the channel's stdin (the
+//! command itself reads `/dev/null`, as under LocalExecutor). On timeout, and when an exec
+//! future is dropped, the executor writes `K` on that line: the supervisor sends `SIGTERM` to
+//! the whole group, waits up to [`kill_grace`](SshExecutorBuilder::kill_grace) (1 s by
+//! default) for the leader to exit, then sends `SIGKILL` to the group. The executor drains the
+//! remaining output for up to 2 s more and returns `TimedOut`. Background children die with the
+//! group; a process that escaped it with `setsid` does not. The executor never relies on the
+//! SSH `signal` request (OpenSSH refuses it for root logins) or on closing the channel (which
+//! leaves a non-PTY command running).
 //!
-//! Cancellation is best effort: the kill runs in a background task and needs the connection to
-//! be alive. If the client process dies, nothing kills the remote group.
+//! If the connection goes away while a command runs (the client process is killed, the
+//! network breaks), sshd closes the pipe and the supervisor `SIGKILL`s the group at once
+//! ([`kill_on_disconnect`](SshExecutorBuilder::kill_on_disconnect)); for a silent network cut
+//! that happens when the server's sshd notices (`ClientAliveInterval`, TCP keepalive).
+//! Shebang scripts with bodies over 48 KiB need stdin for the body: they are killed from a
+//! second channel and have no disconnect kill.
 //!
 //! # Pooling
 //!
@@ -81,6 +86,46 @@
 //! are retried, and a connection lost mid-command is [`Error::ConnectionLost`] ("may have
 //! run"). See [`PoolStats`] and the `pool` module docs for the design.
 //!
+//! # Files
+//!
+//! `ReadFile` and `WriteFile` go over SFTP, one SFTP channel per pooled connection, reused
+//! and replaced transparently when it breaks; no shell ever sees the path or the content.
+//! Reads return the raw bytes (any size, binary-safe) as one chunk; writes create missing
+//! parent directories and replace the file **atomically** (temporary file in the same
+//! directory, then `posix-rename`), keep an existing file's permission bits and follow a
+//! symlink to replace its target. Both keep several requests in flight (100 MiB moves at
+//! roughly 1.5–2.5× `scp`'s speed on loopback). Errors read exactly like LocalExecutor's
+//! (``failed to read from file `…`: No such file or directory (os error 2)``). Paths that are
+//! not valid UTF-8 (which SFTP cannot carry) fall back to a quoted shell script. The same
+//! operations, and more, are typed inherent methods: [`SshExecutor::read_file_bytes`],
+//! [`write_file_bytes`](SshExecutor::write_file_bytes), [`metadata`](SshExecutor::metadata),
+//! [`exists`](SshExecutor::exists), [`list_dir`](SshExecutor::list_dir),
+//! [`create_dir_all`](SshExecutor::create_dir_all), [`remove_file`](SshExecutor::remove_file),
+//! [`remove_dir_all`](SshExecutor::remove_dir_all) and [`rename`](SshExecutor::rename).
+//!
+//! # Streaming files
+//!
+//! `stream_files(root, extensions)` lists files with a remote `find -print0` and applies
+//! LocalExecutor's selection rules on the client with the `ignore` crate's matcher (hidden
+//! entries skipped, `.ignore` always, `.gitignore` and `.git/info/exclude` inside a git
+//! repository, parent directories' ignore files, symlinks skipped, exact extension match),
+//! then reads contents over SFTP, 16 at a time, as the consumer pulls. A relative root
+//! resolves against the workdir. Errors are `Err` items and the stream goes on. The remote
+//! host needs a `find` with `-mindepth` and `-print0` (GNU and BusyBox have both).
+//!
+//! # Fleets
+//!
+//! [`Fleet`] runs one command on many hosts with bounded concurrency and a deadline per host,
+//! streams each host's output as it arrives ([`FleetEvent`]) and returns a [`HostResult`] per
+//! host plus a [`FleetSummary`]; hosts come from executors, a list of names or an inventory
+//! file.
+//!
+//! # Testbed
+//!
+//! The `swiftide-ssh-testbed` crate (in `testbed/`) starts real OpenSSH `sshd` processes on
+//! loopback ports with throwaway keys; this crate's tests, examples and benchmarks use it,
+//! and it works for your own integration tests.
+//!
 //! # Differences from `LocalExecutor`
 //!
 //! * The inherited environment is the sshd login environment, not the local process's.
@@ -92,6 +137,10 @@
 //!   interpreter exits early.
 //! * A command containing a NUL byte is an `ExecutorError` (LocalExecutor reports the spawn
 //!   error as `NonZeroExit`).
+//! * `WriteFile` is atomic (a new inode: hard links, ACLs and xattrs do not carry over) and
+//!   creates parent directories inside the command's timeout; a new file gets mode 0644.
+//! * `stream_files` resolves a relative root against the workdir, not the local process's
+//!   directory, and ignores git's global `core.excludesFile` (it lives on the client).
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]

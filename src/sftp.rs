@@ -698,14 +698,25 @@ impl SshExecutor {
 
     /// The SFTP channel of a live connection, opened on first use and replaced when broken.
     pub(crate) async fn sftp(&self) -> Result<Arc<SftpChannel>> {
-        let session = self.any_session().await?;
-        let mut slot = session.sftp.lock().await;
-        if let Some(channel) = slot.as_ref().filter(|channel| !channel.is_broken()) {
-            return Ok(channel.clone());
+        if self.is_closed() {
+            return Err(Error::Closed);
         }
-        let channel = Arc::new(SftpChannel::open(self, &session).await?);
-        *slot = Some(channel.clone());
-        Ok(channel)
+        let session = self.any_session().await?;
+        // Opening runs in a task of its own: a caller cancelled (by a timeout, say) halfway
+        // through would otherwise drop an opened channel, which holds one of the server's
+        // session slots and russh memory for good. The finished channel is kept for reuse.
+        let executor = self.clone();
+        tokio::spawn(async move {
+            let mut slot = session.sftp.lock().await;
+            if let Some(channel) = slot.as_ref().filter(|channel| !channel.is_broken()) {
+                return Ok(channel.clone());
+            }
+            let channel = Arc::new(SftpChannel::open(&executor, &session).await?);
+            *slot = Some(channel.clone());
+            Ok(channel)
+        })
+        .await
+        .map_err(|e| self.sftp_failure("start", "", &format!("sftp open task failed: {e}")))?
     }
 
     /// Forgets `channel` if its session still holds it, so the next call opens a new one.

@@ -132,23 +132,49 @@ pub(crate) fn marker_prefix(nonce: u64) -> String {
     format!("@@swiftide-ssh:{nonce:016x}:")
 }
 
+/// Script bodies up to this size travel inside the exec request, so that the channel's stdin
+/// stays free for control; larger ones are streamed on stdin (one argv string may hold at
+/// most 128 KiB on Linux, and the request is one).
+pub(crate) const INLINE_BODY_LIMIT: usize = 48 * 1024;
+
+/// How the executor will stop the command.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Supervision {
+    /// SIGKILL the group when the connection is gone.
+    pub(crate) kill_on_disconnect: bool,
+    /// Time between SIGTERM and SIGKILL on a requested kill.
+    pub(crate) grace: std::time::Duration,
+}
+
+/// The exec request and how to drive it.
+#[derive(Debug)]
+pub(crate) struct Wrapped {
+    pub(crate) request: Vec<u8>,
+    /// Bytes to send on stdin, then EOF (only when not `controlled`).
+    pub(crate) stdin: Vec<u8>,
+    /// The channel's stdin is the control line of a supervisor: sending `K\n` kills the
+    /// group, EOF means the client is gone. Otherwise the kill needs a second channel.
+    pub(crate) controlled: bool,
+}
+
 /// Builds the exec request: the login shell runs `exec /bin/sh -c '<script>'`, and the script
 ///
 /// 1. prints the marker line with `$$` on stderr. sshd runs every exec request in a new
-///    session, and `exec` keeps the pid, so `$$` is the process-group (and session) id the
-///    executor later kills;
+///    session, and `exec` keeps the pid, so `$$` is the process-group (and session) id;
 /// 2. changes to `dir`;
 /// 3. applies the environment plan;
-/// 4. with `watchdog`, starts [`WATCHDOG`] in the background;
-/// 5. `exec`s the user's program: `sh -c <command> </dev/null`, or the script interpreter
-///    reading its body from the channel.
+/// 4. starts the [supervisor](supervisor_script) on the channel's stdin (unless a script body
+///    too large to inline needs stdin);
+/// 5. runs the user's program: `exec sh -c <command> </dev/null`, or for a script
+///    `printf %s <body> | <interpreter> [argument]` (or `exec <interpreter> [argument]` with
+///    the body on the channel's stdin when it is too large).
 pub(crate) fn wrapper(
     program: &Program,
     dir: Option<&Path>,
     env: &EnvPlan,
     marker: &str,
-    watchdog: bool,
-) -> Result<Vec<u8>> {
+    supervision: Supervision,
+) -> Result<Wrapped> {
     let mut script: Vec<u8> = Vec::new();
     script.extend_from_slice(b"printf '%s%s\\n' ");
     script.extend_from_slice(&quote(marker.as_bytes()));
@@ -187,26 +213,29 @@ pub(crate) fn wrapper(
         }
     }
 
-    if watchdog {
-        script.extend_from_slice(WATCHDOG.as_bytes());
+    let controlled = program.stdin().len() <= INLINE_BODY_LIMIT;
+    if controlled {
+        script.extend_from_slice(supervisor_script(supervision).as_bytes());
     }
 
-    script.extend_from_slice(b"exec ");
+    let mut env_prefix = Vec::new();
     if env.clear {
         // Removing after clearing changes nothing; only the set pairs survive.
-        script.extend_from_slice(b"env -i");
+        env_prefix.extend_from_slice(b"env -i ");
         for (name, value) in &env.set {
-            script.push(b' ');
             let mut pair = name.as_bytes().to_vec();
             pair.push(b'=');
             pair.extend_from_slice(value.as_bytes());
-            script.extend_from_slice(&quote(&pair));
+            env_prefix.extend_from_slice(&quote(&pair));
+            env_prefix.push(b' ');
         }
-        script.push(b' ');
     }
+    let mut stdin = Vec::new();
     match program {
         Program::Shell(command) => {
             reject_nul("the command", command.as_bytes())?;
+            script.extend_from_slice(b"exec ");
+            script.extend_from_slice(&env_prefix);
             script.extend_from_slice(b"sh -c ");
             script.extend_from_slice(&quote(command.as_bytes()));
             script.extend_from_slice(b" </dev/null");
@@ -214,9 +243,19 @@ pub(crate) fn wrapper(
         Program::Script {
             interpreter,
             argument,
-            ..
+            body,
         } => {
             reject_nul("the interpreter", interpreter.as_bytes())?;
+            if controlled {
+                reject_nul("the script", body)?;
+                script.extend_from_slice(b"printf %s ");
+                script.extend_from_slice(&quote(body));
+                script.extend_from_slice(b" | ");
+            } else {
+                script.extend_from_slice(b"exec ");
+                stdin = body.clone();
+            }
+            script.extend_from_slice(&env_prefix);
             script.extend_from_slice(&quote(interpreter.as_bytes()));
             if let Some(argument) = argument {
                 reject_nul("the interpreter argument", argument.as_bytes())?;
@@ -229,27 +268,53 @@ pub(crate) fn wrapper(
 
     let mut request = b"exec /bin/sh -c ".to_vec();
     request.extend_from_slice(&quote(&script));
-    Ok(request)
+    Ok(Wrapped {
+        request,
+        stdin,
+        controlled,
+    })
 }
 
-/// Kills the command's process group when the SSH connection is gone.
+/// The supervisor: a background job in the command's process group, reading the channel's
+/// stdin (kept on fd 3 because a background job's stdin is otherwise `/dev/null`).
 ///
-/// sshd does not kill a non-PTY command when the connection drops: the per-connection sshd
-/// process exits and the command runs on, reparented to init. This background job (in the
-/// command's own process group, stdio detached so it never holds the channel open) polls once
-/// a second whether the sshd process that started the command (`$PPID`) still exists, and
-/// SIGKILLs the group as soon as it does not. It exits quietly once the command's leader has
-/// exited, and dies with the group on a normal kill. `/proc` avoids `kill -0`'s EPERM when
-/// sshd runs as another user; `kill -0` is the fallback where there is no `/proc`.
-pub(crate) const WATCHDOG: &str = "\
-p=$PPID
-(exec </dev/null >/dev/null 2>&1
- alive() { if [ -d /proc/1 ]; then [ -d /proc/$1 ]; else kill -0 $1; fi; }
- while alive $$; do
-   alive $p || { kill -KILL -$$; exit 0; }
-   sleep 1
- done) &
-";
+/// * `K` on a line: SIGTERM to the whole group, up to `grace` for the leader to go, then
+///   SIGKILL to the group (itself included). It ignores SIGTERM so that it survives its own
+///   first signal.
+/// * EOF without `K`: sshd closed the pipe, so the connection or channel is gone. sshd
+///   itself leaves a non-PTY command running then; with `kill_on_disconnect` the supervisor
+///   SIGKILLs the group if the leader still runs. After a normal end the leader is gone and
+///   the supervisor exits quietly, so redirected background jobs survive, as under
+///   LocalExecutor.
+///
+/// Its stdout and stderr are `/dev/null`, so it never holds the channel open. It costs one
+/// forked shell per command and no polling. dash's `kill` has no `--`, hence `kill -SIG -PID`.
+fn supervisor_script(supervision: Supervision) -> String {
+    let polls = supervision.grace.as_millis().div_ceil(50);
+    let terminate = if polls == 0 {
+        String::new()
+    } else {
+        format!(
+            "  kill -TERM -$$ 2>/dev/null; n=0\n  \
+             while [ $n -lt {polls} ] && kill -0 $$ 2>/dev/null; do sleep 0.05; n=$((n+1)); done\n"
+        )
+    };
+    let on_disconnect = if supervision.kill_on_disconnect {
+        "elif kill -0 $$ 2>/dev/null; then\n  kill -KILL -$$\n"
+    } else {
+        ""
+    };
+    format!(
+        "exec 3<&0\n\
+         (trap '' TERM INT HUP\n\
+         \x20exec 0<&3 3<&- >/dev/null 2>&1\n\
+         \x20read -r c || c=\n\
+         \x20if [ \"$c\" = K ]; then\n\
+         {terminate}  kill -KILL -$$\n\
+         \x20{on_disconnect}\x20fi) &\n\
+         exec 3<&-\n"
+    )
+}
 
 /// The kill request run on a second channel: SIGTERM to the group, poll for up to `grace`,
 /// then SIGKILL whatever is left. With a zero grace it sends SIGKILL at once, as
@@ -362,6 +427,12 @@ mod tests {
     use super::*;
     use bytes::Bytes;
     use std::process::Command;
+
+    /// No kill on disconnect: local tests close stdin whenever they like.
+    const QUIET: Supervision = Supervision {
+        kill_on_disconnect: false,
+        grace: std::time::Duration::from_secs(1),
+    };
 
     /// Runs `sh -c 'printf %s <quoted>'` locally and returns what the shell saw.
     fn roundtrip(value: &[u8]) -> Vec<u8> {
@@ -477,10 +548,12 @@ mod tests {
             Some(dir.path()),
             &env,
             &marker_prefix(7),
-            true,
+            QUIET,
         )
-        .unwrap();
-        let out = run_wrapper_locally(&request, b"ignored stdin");
+        .unwrap()
+        .request;
+        // The user command's stdin is /dev/null whatever the channel carries.
+        let out = run_wrapper_locally(&request, b"not for the command");
         let stderr = String::from_utf8(out.stderr).unwrap();
         assert!(
             stderr.starts_with("@@swiftide-ssh:0000000000000007:"),
@@ -492,7 +565,7 @@ mod tests {
     }
 
     #[test]
-    fn wrapper_clears_env_and_runs_scripts_with_body_on_stdin() {
+    fn wrapper_clears_env_and_runs_inline_scripts() {
         let env = EnvPlan {
             clear: true,
             remove: vec![],
@@ -500,10 +573,109 @@ mod tests {
         };
         let program =
             Program::parse("#!/bin/sh -e\nenv | sort | grep -v '^PWD='\nfalse\necho after");
-        let request = wrapper(&program, None, &env, &marker_prefix(1), true).unwrap();
-        let out = run_wrapper_locally(&request, program.stdin());
+        let wrapped = wrapper(&program, None, &env, &marker_prefix(1), QUIET).unwrap();
+        assert!(wrapped.controlled && wrapped.stdin.is_empty());
+        let out = run_wrapper_locally(&wrapped.request, b"");
         assert_eq!(String::from_utf8_lossy(&out.stdout), "ONLY=1\n");
         assert!(!out.status.success());
+    }
+
+    #[test]
+    fn large_script_bodies_go_on_stdin() {
+        let body = format!("echo {}\n", "x".repeat(INLINE_BODY_LIMIT));
+        let program = Program::parse(&format!("#!/bin/sh\n{body}"));
+        let wrapped = wrapper(&program, None, &EnvPlan::default(), "m", QUIET).unwrap();
+        assert!(!wrapped.controlled);
+        assert_eq!(wrapped.stdin, body.as_bytes());
+        let out = run_wrapper_locally(&wrapped.request, &wrapped.stdin);
+        assert_eq!(out.stdout.len(), INLINE_BODY_LIMIT + 1);
+    }
+
+    /// Starts a wrapped command locally in its own session (as sshd does) with a pipe for
+    /// the channel's stdin; returns the child and its pgid (read from the marker).
+    fn spawn_supervised(command: &str, supervision: Supervision) -> (std::process::Child, u32) {
+        use std::io::{BufRead, BufReader};
+        use std::os::unix::ffi::OsStrExt;
+        let wrapped = wrapper(
+            &Program::Shell(command.into()),
+            None,
+            &EnvPlan::default(),
+            "@@m:",
+            supervision,
+        )
+        .unwrap();
+        let mut child = Command::new("setsid")
+            .arg("sh")
+            .arg("-c")
+            .arg(std::ffi::OsStr::from_bytes(&wrapped.request))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stderr.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let pgid = line.trim().trim_start_matches("@@m:").parse().unwrap();
+        (child, pgid)
+    }
+
+    fn group_alive(pgid: u32) -> bool {
+        // Zombies do not count: nobody may reap them quickly in a sandbox.
+        let out = Command::new("ps")
+            .args(["-o", "stat=", "-g", &pgid.to_string()])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|stat| !stat.trim().starts_with('Z'))
+    }
+
+    fn wait_dead(pgid: u32) -> bool {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+        while group_alive(pgid) {
+            if std::time::Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        true
+    }
+
+    #[test]
+    fn supervisor_kills_the_group_on_request_even_when_term_is_ignored() {
+        use std::io::Write;
+        let supervision = Supervision {
+            kill_on_disconnect: false,
+            grace: std::time::Duration::from_millis(200),
+        };
+        let (mut child, pgid) = spawn_supervised("trap '' TERM; sleep 30 & sleep 30", supervision);
+        assert!(group_alive(pgid));
+        child.stdin.as_mut().unwrap().write_all(b"K\n").unwrap();
+        assert!(wait_dead(pgid), "group {pgid} survived the kill request");
+        let _ = child.wait();
+    }
+
+    #[test]
+    fn supervisor_kills_the_group_when_the_channel_goes_away() {
+        let supervision = Supervision {
+            kill_on_disconnect: true,
+            grace: std::time::Duration::from_secs(1),
+        };
+        let (mut child, pgid) = spawn_supervised("sleep 30 & sleep 30", supervision);
+        drop(child.stdin.take()); // what sshd does when the connection dies
+        assert!(wait_dead(pgid), "group {pgid} survived the disconnect");
+        let _ = child.wait();
+    }
+
+    #[test]
+    fn without_kill_on_disconnect_eof_leaves_the_command_alone() {
+        let (mut child, pgid) = spawn_supervised("sleep 0.5; echo done", QUIET);
+        drop(child.stdin.take());
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(group_alive(pgid));
+        assert!(child.wait().unwrap().success());
     }
 
     #[test]
@@ -513,7 +685,7 @@ mod tests {
             None,
             &EnvPlan::default(),
             "m",
-            false,
+            QUIET,
         )
         .unwrap_err();
         assert!(err.to_string().contains("NUL"));

@@ -1060,7 +1060,15 @@ impl HostConfig {
         let files = self
             .identity_files
             .iter()
-            .filter(|path| path.is_file())
+            .filter(|path| {
+                // `ssh` skips missing identities too; say so for whoever debugs a login.
+                let exists = path.is_file();
+                if !exists {
+                    tracing::debug!(alias = %self.alias, path = %path.display(),
+                        "identity file does not exist; skipped");
+                }
+                exists
+            })
             .map(|path| AuthMethod::KeyFile {
                 path: path.clone(),
                 passphrase: None,
