@@ -168,6 +168,7 @@ async fn drive_command(
         None => return Ok(ExitStatus::Unknown),
     };
     tracing::trace!(session = slot.session.id, "channel open");
+    let _running = crate::session::Running::new(slot.session.clone());
     if !matches!(kill.try_recv(), Err(oneshot::error::TryRecvError::Empty)) {
         // Timed out or cancelled while the channel was opening: nothing has run.
         release_unused(channel, config.connect_timeout).await;

@@ -219,8 +219,10 @@ impl Registry {
         for session in &sessions {
             session.retire();
         }
+        // Idle slots in the pool do not keep a connection open; running commands do (their
+        // `Running` guard disconnects when the last one ends).
         for session in sessions {
-            if session.slots.load(Ordering::Acquire) == 0 {
+            if session.running.load(Ordering::Acquire) == 0 {
                 session.disconnect().await;
             }
         }

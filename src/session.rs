@@ -30,8 +30,10 @@ pub(crate) struct Session {
     created: Instant,
     closed: Arc<AtomicBool>,
     retired: AtomicBool,
-    /// Channel slots the pool has placed on this connection.
+    /// Channel slots the pool has placed on this connection (busy or idle in the pool).
     pub(crate) slots: AtomicU32,
+    /// Commands running on this connection right now (see [`Running`]).
+    pub(crate) running: AtomicU32,
     /// How many slots this connection may carry; lowered when the server refuses channels.
     pub(crate) capacity: AtomicU32,
     /// The reusable SFTP channel, opened on first use.
@@ -290,8 +292,39 @@ pub(crate) async fn dial(config: &Config, id: u64) -> Result<Session> {
         closed,
         retired: AtomicBool::new(false),
         slots: AtomicU32::new(0),
+        running: AtomicU32::new(0),
         capacity: AtomicU32::new(config.channels_per_connection),
         sftp: tokio::sync::Mutex::new(None),
         hops: std::sync::Mutex::new(hops),
     })
+}
+
+/// Marks a command as running on a session for as long as it lives. When the last running
+/// command of a retired session ends (the executor was closed, or the connection reached its
+/// maximum lifetime), the connection is closed right away instead of waiting for the pool to
+/// reap its idle slots.
+#[derive(Debug)]
+pub(crate) struct Running(Arc<Session>);
+
+impl Running {
+    pub(crate) fn new(session: Arc<Session>) -> Self {
+        session.running.fetch_add(1, Ordering::AcqRel);
+        Running(session)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let left = self
+            .0
+            .running
+            .fetch_sub(1, Ordering::AcqRel)
+            .saturating_sub(1);
+        if left == 0 && self.0.is_retired() {
+            let session = self.0.clone();
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(async move { session.disconnect().await });
+            }
+        }
+    }
 }

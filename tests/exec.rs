@@ -637,3 +637,30 @@ async fn a_frozen_server_is_detected_by_keepalive() {
         started.elapsed()
     );
 }
+
+#[tokio::test]
+async fn close_lets_running_commands_finish_then_disconnects() {
+    let tb = testbed();
+    let ex = executor(&tb).await;
+    assert!(ex.run("true").await.unwrap().status.success());
+    let running = {
+        let ex = ex.clone();
+        tokio::spawn(async move { ex.run("sleep 0.5; echo finished").await })
+    };
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    ex.close().await;
+    assert!(matches!(ex.run("true").await, Err(Error::Closed)));
+    let out = running.await.unwrap().unwrap();
+    assert_eq!(out.stdout(), b"finished\n");
+    // The executor is still alive, but its connection is gone on the server.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !tb.connection_pids().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "connections left: {:?}",
+            tb.connection_pids()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(ex);
+}
