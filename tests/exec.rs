@@ -133,6 +133,10 @@ async fn term_ignoring_processes_are_killed_after_the_grace_period() {
         )
         .await
         .unwrap();
+    eprintln!(
+        "figure: TERM-ignoring group, timeout 300 ms + grace 300 ms, result after = {:?}",
+        out.duration
+    );
     assert!(
         matches!(
             out.status,
@@ -630,6 +634,10 @@ async fn a_frozen_server_is_detected_by_keepalive() {
         .unwrap()
         .unwrap_err();
     assert!(matches!(err, Error::ConnectionLost { .. }), "{err}");
+    eprintln!(
+        "figure: frozen server detected (keepalive 0.5 s x 2) = {:?}",
+        started.elapsed()
+    );
     // interval × (max + 1) = 1.5 s, plus scheduling slack.
     assert!(
         started.elapsed() < Duration::from_secs(5),

@@ -93,7 +93,7 @@ async fn client_death_kills_the_remote_group() {
     let left = wait_until_gone(&pattern, Duration::from_secs(5)).await;
     assert!(left.is_empty(), "survivors after the client died: {left:?}");
     eprintln!(
-        "remote group gone {:?} after the client was killed",
+        "figure: remote group gone after client SIGKILL = {:?}",
         started.elapsed()
     );
 }
@@ -143,6 +143,7 @@ async fn a_killed_server_connection_kills_the_group_and_reports_connection_lost(
     wait_for_processes(&pattern, 2).await;
     let pids: Vec<String> = tb.connection_pids().iter().map(u32::to_string).collect();
     assert!(!pids.is_empty());
+    let killed_at = Instant::now();
     std::process::Command::new("kill")
         .arg("-KILL")
         .args(&pids)
@@ -153,8 +154,16 @@ async fn a_killed_server_connection_kills_the_group_and_reports_connection_lost(
         .expect("no hang")
         .unwrap()
         .unwrap_err();
+    eprintln!(
+        "figure: dead connection (sshd killed) reported = {:?}",
+        killed_at.elapsed()
+    );
     assert!(matches!(err, Error::ConnectionLost { .. }), "{err}");
     let left = wait_until_gone(&pattern, Duration::from_secs(5)).await;
+    eprintln!(
+        "figure: remote group gone after its connection died = {:?}",
+        killed_at.elapsed()
+    );
     assert!(left.is_empty(), "survivors: {left:?}");
     // The pool dials a new connection for the next command.
     assert_eq!(ex.run("echo again").await.unwrap().stdout(), b"again\n");
@@ -235,7 +244,7 @@ async fn commands_run_at_most_once_when_the_server_restarts_under_load() {
         }
     }
     eprintln!(
-        "restart under load: {ok} ok, {failed} failed with a clear error, {duplicated} duplicated"
+        "figure: restart under load = {ok} ok, {failed} clear errors, {duplicated} duplicated"
     );
     assert_eq!(duplicated, 0);
     assert_eq!(ok + failed, total);
@@ -493,5 +502,8 @@ async fn a_connection_storm_on_a_cold_pool_meets_server_limits_without_failures(
     );
     let stats = ex.pool_stats();
     assert!(stats.dials <= 8, "{stats:?}");
-    eprintln!("storm: {stats:?}");
+    eprintln!(
+        "figure: storm (200 callers, cold pool) = 0 failures, {} dials; {stats:?}",
+        stats.dials
+    );
 }
