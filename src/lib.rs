@@ -39,6 +39,14 @@
 //! hosts; only [`HostKeyPolicy::InsecureAcceptAnyHostKey`] skips verification. The host key is
 //! checked before any credential or command is sent.
 //!
+//! # SSH config and jump hosts
+//!
+//! [`SshExecutor::from_ssh_config`] resolves a host alias through `~/.ssh/config` (patterns,
+//! `Include`, `HostName`, `User`, `Port`, `IdentityFile`, `ProxyJump`, known-hosts files,
+//! `StrictHostKeyChecking`, keepalives, `ConnectTimeout`; see [`SshConfig`] for the full list)
+//! and returns a builder whose explicit settings win. [`JumpHost`]s chain connections through
+//! `direct-tcpip` channels, each hop authenticated and host-key-checked on its own.
+//!
 //! # Running commands
 //!
 //! A command string runs exactly as `LocalExecutor` runs it, on the remote host: `sh -c
