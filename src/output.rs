@@ -5,6 +5,10 @@ use std::time::Duration;
 use bytes::Bytes;
 
 /// One piece of output, exactly as it arrived in one SSH data packet.
+///
+/// Order is exact within each stream. Across stdout and stderr it is the order the packets
+/// arrived in, which matches the order of writes only when they are apart in time: two pipes
+/// written within a millisecond can be read in either order (LocalExecutor behaves the same).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OutputChunk {
     /// Bytes from the command's stdout (SSH channel data).
@@ -81,6 +85,16 @@ pub struct Execution {
 }
 
 impl Execution {
+    /// `true` when the command exited with code 0.
+    pub fn success(&self) -> bool {
+        self.status.success()
+    }
+
+    /// Stdout decoded lossily as UTF-8 (invalid bytes become U+FFFD).
+    pub fn stdout_lossy(&self) -> String {
+        String::from_utf8_lossy(&self.stdout()).into_owned()
+    }
+
     /// All stdout bytes, concatenated.
     pub fn stdout(&self) -> Vec<u8> {
         self.collect(|c| matches!(c, OutputChunk::Stdout(_)))

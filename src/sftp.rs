@@ -113,6 +113,17 @@ pub enum FileType {
     Other,
 }
 
+impl std::fmt::Display for FileType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FileType::File => "file",
+            FileType::Dir => "dir",
+            FileType::Symlink => "symlink",
+            FileType::Other => "other",
+        })
+    }
+}
+
 /// Metadata of a remote file, as the SFTP server reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

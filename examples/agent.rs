@@ -1,0 +1,165 @@
+//! Gives a swiftide agent tools that act on a remote host through the SSH executor, and calls
+//! them as a model would, so no LLM key is needed.
+//!
+//! Run this example with:
+//!
+//! ```sh
+//! cargo run --ignore-rust-version --example agent
+//! ```
+//!
+//! With no arguments it starts a throwaway local sshd (the native testbed; needs
+//! `openssh-server`). To use a real host, name it as in `~/.ssh/config` (user, port, keys and
+//! known_hosts come from there). The example works in `agent-demo/` below the login
+//! directory (and refuses to start if it exists), and removes it at the end:
+//!
+//! ```sh
+//! cargo run --ignore-rust-version --example agent -- build-1
+//! ```
+
+use std::{borrow::Cow, path::Path, time::Duration};
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use swiftide_agents::DefaultContext;
+use swiftide_core::{
+    AgentContext, Command, CommandError,
+    chat_completion::{Tool, ToolCall, ToolOutput, ToolSpec, errors::ToolError},
+};
+use swiftide_ssh_executor::SshExecutor;
+use swiftide_ssh_testbed::Testbed;
+
+/// A tool that turns the model's JSON arguments (all strings) into one swiftide `Command` and
+/// runs it on the agent context's executor, whichever executor that is.
+#[derive(Clone)]
+struct ExecutorTool {
+    spec: ToolSpec,
+    command: fn(&Value) -> Option<Command>,
+}
+
+type Error = Box<dyn std::error::Error>;
+
+fn tool(
+    name: &str,
+    about: &str,
+    args: &[&str],
+    command: fn(&Value) -> Option<Command>,
+) -> Result<Box<dyn Tool>, Error> {
+    let properties: serde_json::Map<_, _> = args
+        .iter()
+        .map(|a| (a.to_string(), json!({ "type": "string" })))
+        .collect();
+    let spec: ToolSpec = serde_json::from_value(json!({ "name": name, "description": about,
+        "parameters_schema": { "type": "object", "properties": properties, "required": args,
+                               "additionalProperties": false } }))?;
+    spec.strict_parameters_schema()?; // the schema an LLM provider will be sent is valid
+    Ok(Box::new(ExecutorTool { spec, command }))
+}
+
+#[async_trait]
+impl Tool for ExecutorTool {
+    async fn invoke(
+        &self,
+        context: &dyn AgentContext,
+        call: &ToolCall,
+    ) -> Result<ToolOutput, ToolError> {
+        let args: Value = serde_json::from_str(call.args().unwrap_or("{}"))?;
+        let command = (self.command)(&args)
+            .ok_or_else(|| ToolError::missing_arguments(self.spec.name.clone()))?;
+        match context.executor().exec_cmd(&command).await {
+            Ok(output) if output.is_empty() => Ok(ToolOutput::text("(done, no output)")),
+            // stdout and stderr interleaved as they were produced.
+            Ok(output) => Ok(ToolOutput::text(output.into_string_lossy())),
+            // The command ran and failed: the model reads why and may try something else.
+            Err(error @ (CommandError::NonZeroExit(_) | CommandError::TimedOut { .. })) => {
+                Ok(ToolOutput::fail(error.to_string()))
+            }
+            // The executor could not run it (e.g. connection lost): the agent loop decides.
+            Err(error) => Err(ToolError::execution_failed(error)),
+        }
+    }
+
+    fn name(&self) -> Cow<'_, str> {
+        Cow::Borrowed(&self.spec.name)
+    }
+
+    fn tool_spec(&self) -> ToolSpec {
+        self.spec.clone()
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    // Keep the testbed alive for the whole run: dropping it stops sshd.
+    let (builder, _testbed) = match std::env::args().nth(1) {
+        Some(alias) => (SshExecutor::from_ssh_config(&alias)?, None),
+        None => {
+            let testbed = Testbed::start()?;
+            let builder = SshExecutor::builder()
+                .host(testbed.host())
+                .port(testbed.port())
+                .user(testbed.user())
+                .private_key_file(testbed.private_key_path())
+                .known_hosts_file(testbed.known_hosts_path())
+                .workdir(testbed.scratch_dir());
+            (builder, Some(testbed))
+        }
+    };
+    let executor = builder
+        .default_timeout(Some(Duration::from_secs(3)))
+        .build()
+        .await?;
+    if executor.exists(Path::new("agent-demo")).await? {
+        return Err("agent-demo/ already exists on the remote host".into());
+    }
+    let context = DefaultContext::from_executor(executor.clone());
+
+    let tools = [
+        tool("run_shell", "Run a shell command", &["command"], |a| {
+            Some(Command::shell(a["command"].as_str()?))
+        })?,
+        tool("write_file", "Write a file", &["path", "content"], |a| {
+            Some(Command::write_file(
+                a["path"].as_str()?,
+                a["content"].as_str()?,
+            ))
+        })?,
+        tool("read_file", "Read a file", &["path"], |a| {
+            Some(Command::read_file(a["path"].as_str()?))
+        })?,
+    ];
+
+    // Tool calls as a model emits them: a tool name, then its arguments as a JSON string.
+    let calls = [
+        r#"write_file {"path": "agent-demo/todo.md", "content": "- ship it\n"}"#,
+        r#"run_shell {"command": "ls -la agent-demo"}"#,
+        r#"run_shell {"command": "echo build; sleep .1; echo warn >&2; sleep .1; echo ok"}"#,
+        r#"run_shell {"command": "echo test; echo 'test failed' >&2; exit 101"}"#,
+        r#"run_shell {"command": "echo waiting; sleep 60"}"#,
+        r#"read_file {"path": "agent-demo/todo.md"}"#,
+        r#"read_file {"path": "agent-demo/missing.md"}"#,
+        r#"read_file {"file": "agent-demo/todo.md"}"#,
+    ];
+    for (id, line) in calls.into_iter().enumerate() {
+        let (name, args) = line.split_once(' ').ok_or(line)?;
+        let call = ToolCall::builder()
+            .id(format!("call_{id}"))
+            .name(name)
+            .args(args)
+            .build()?;
+        let tool = tools.iter().find(|t| t.name() == name).ok_or(name)?;
+        // As in the agent loop, an `Err` reaches the model as a failed tool output.
+        let output = match tool.invoke(&context, &call).await {
+            Ok(output) => output,
+            Err(error) => ToolOutput::fail(error.to_string()),
+        };
+        println!("> {line}\n{}\n", output.to_string().trim_end());
+    }
+
+    executor.remove_dir_all(Path::new("agent-demo")).await?;
+    println!(
+        "To let a model make these calls, hand the same context and tools to an agent:\n  \
+         Agent::builder().context(context).tools(tools).llm(&llm).build()?.query(\"..\").await?\n\
+         where `llm` is any swiftide ChatCompletion, e.g. OpenAI from swiftide-integrations."
+    );
+    Ok(())
+}
