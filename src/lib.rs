@@ -150,7 +150,8 @@
 //! * `stream_files` resolves a relative root against the workdir, not the local process's
 //!   directory, and ignores git's global `core.excludesFile` (it lives on the client).
 #![forbid(unsafe_code)]
-#![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
+#![deny(missing_docs)]
+#![warn(missing_debug_implementations, rust_2018_idioms, unreachable_pub)]
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod auth;

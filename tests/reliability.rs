@@ -273,6 +273,15 @@ fn old_key(tb: &Testbed) -> String {
         .join(" ")
 }
 
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
 fn known_hosts_with(tb: &Testbed, name: &str, content: &str) -> std::path::PathBuf {
     let path = tb.scratch_dir().join(name);
     std::fs::write(&path, content).unwrap();
@@ -410,7 +419,8 @@ async fn an_output_cap_keeps_head_and_tail_while_the_sink_sees_everything() {
         .await
         .unwrap();
     let mut streamed = 0u64;
-    let total: u64 = 256 << 20;
+    let total: u64 = 1 << 30;
+    let rss_before = rss_kib();
     let out = ex
         .execute(
             &format!("printf HEAD; head -c {} /dev/zero; printf TAIL", total - 8),
@@ -420,6 +430,12 @@ async fn an_output_cap_keeps_head_and_tail_while_the_sink_sees_everything() {
         .await
         .unwrap();
     assert_eq!(streamed, total);
+    let grown = rss_kib().saturating_sub(rss_before);
+    eprintln!("figure: 1 GiB streamed with a 1 MiB cap, client RSS grew by {grown} KiB");
+    assert!(
+        grown < 64 * 1024,
+        "client memory grew by {grown} KiB for 1 GiB of output"
+    );
     let kept = out.stdout();
     assert_eq!(kept.len(), 1 << 20);
     assert!(kept.starts_with(b"HEAD") && kept.ends_with(b"TAIL"));
