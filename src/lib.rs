@@ -154,22 +154,28 @@
 #![warn(missing_debug_implementations, rust_2018_idioms, unreachable_pub)]
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod atomic_write;
 mod auth;
 mod builder;
 mod error;
 mod exec;
+mod exec_fallback;
 mod executor;
-mod files;
+mod file_error;
 mod fleet;
 mod host_key;
+mod ignore_rules;
 mod jump;
 mod known_hosts;
 mod output;
 mod pool;
+mod remote_fs;
+mod script;
 mod session;
 mod sftp;
 mod shell;
 mod ssh_config;
+mod stream_files;
 mod swiftide;
 
 pub use auth::{AuthMethod, Secret};
@@ -181,5 +187,5 @@ pub use host_key::HostKeyPolicy;
 pub use jump::JumpHost;
 pub use output::{Execution, ExitStatus, OutputChunk, OutputSink};
 pub use pool::PoolStats;
-pub use sftp::{DirEntry, FileMetadata, FileType};
+pub use remote_fs::{DirEntry, FileMetadata, FileType};
 pub use ssh_config::{HostConfig, SshConfig, StrictHostKeyChecking};

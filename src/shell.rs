@@ -1,8 +1,10 @@
 //! The one place where shell text is produced.
 //!
 //! Every value that reaches the remote shell (command, directory, environment names and
-//! values, interpreter) passes through [`quote`]. The wrapper this module builds is the only
-//! shell script the crate ever sends; SFTP handles files without a shell.
+//! values, interpreter, paths) passes through [`quote`]. Besides the wrapper for user
+//! commands, the crate's own scripts (the `stream_files` listing and the file fallbacks for
+//! paths SFTP cannot carry) are built with [`script_request`]; SFTP handles files without a
+//! shell.
 
 use std::path::Path;
 
@@ -132,6 +134,28 @@ pub(crate) fn marker_prefix(nonce: u64) -> String {
     format!("@@swiftide-ssh:{nonce:016x}:")
 }
 
+/// The script line that prints the marker and `$$` (the process-group id) on stderr, or
+/// gives up with status 125 if it cannot.
+fn marker_line(marker: &str) -> Vec<u8> {
+    let mut line = b"printf '%s%s\\n' ".to_vec();
+    line.extend_from_slice(&quote(marker.as_bytes()));
+    line.extend_from_slice(b" \"$$\" >&2 || exit 125\n");
+    line
+}
+
+/// The exec request for one of the executor's own scripts (the exec fallbacks for files,
+/// the `stream_files` listing): `exec /bin/sh -c '<marker line><script>'`. It prints the
+/// same marker line as the [`wrapper`], so the exec machinery learns the process group and a
+/// dropped future kills the script; the user's directory, environment and supervisor do not
+/// apply.
+pub(crate) fn script_request(marker: &str, script: &[u8]) -> Vec<u8> {
+    let mut body = marker_line(marker);
+    body.extend_from_slice(script);
+    let mut request = b"exec /bin/sh -c ".to_vec();
+    request.extend_from_slice(&quote(&body));
+    request
+}
+
 /// Script bodies up to this size travel inside the exec request, so that the channel's stdin
 /// stays free for control; larger ones are streamed on stdin (one argv string may hold at
 /// most 128 KiB on Linux, and the request is one).
@@ -175,10 +199,7 @@ pub(crate) fn wrapper(
     marker: &str,
     supervision: Supervision,
 ) -> Result<Wrapped> {
-    let mut script: Vec<u8> = Vec::new();
-    script.extend_from_slice(b"printf '%s%s\\n' ");
-    script.extend_from_slice(&quote(marker.as_bytes()));
-    script.extend_from_slice(b" \"$$\" >&2 || exit 125\n");
+    let mut script = marker_line(marker);
 
     if let Some(dir) = dir {
         let bytes = dir.as_os_str().as_encoded_bytes();
@@ -578,6 +599,33 @@ mod tests {
         let out = run_wrapper_locally(&wrapped.request, b"");
         assert_eq!(String::from_utf8_lossy(&out.stdout), "ONLY=1\n");
         assert!(!out.status.success());
+    }
+
+    #[test]
+    fn own_scripts_report_their_group_like_the_wrapper() {
+        let marker = marker_prefix(9);
+        let request = script_request(&marker, b"echo out; echo err >&2");
+        let wrapped = wrapper(
+            &Program::Shell("true".into()),
+            None,
+            &EnvPlan::default(),
+            &marker,
+            QUIET,
+        )
+        .unwrap();
+        // Both scripts open with the same marker line, so one parser serves both.
+        let quoted_line = quote(&marker_line(&marker));
+        let opening = quoted_line.strip_suffix(b"'").unwrap();
+        let shell = b"exec /bin/sh -c ".len();
+        assert!(request[shell..].starts_with(opening));
+        assert!(wrapped.request[shell..].starts_with(opening));
+
+        let out = run_wrapper_locally(&request, b"");
+        assert_eq!(out.stdout, b"out\n");
+        let mut parser = MarkerParser::new(&marker);
+        let (pgid, rest) = parser.feed(Bytes::from(out.stderr));
+        assert!(pgid.is_some_and(|pgid| pgid > 0));
+        assert_eq!(rest.concat(), b"err\n");
     }
 
     #[test]

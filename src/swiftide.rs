@@ -14,8 +14,8 @@ use swiftide_core::{
 use crate::{
     error::Error,
     executor::{ExecOptions, SshExecutor},
-    files::{self, LoadedFile},
     output::{Execution, ExitStatus, OutputChunk},
+    stream_files::{self, LoadedFile},
 };
 
 fn to_swiftide(chunk: &OutputChunk) -> CommandOutputChunk {
@@ -200,8 +200,8 @@ impl ToolExecutor for SshExecutor {
         }
     }
 
-    /// Streams the files below `path` as LocalExecutor does (see the `files` module for the
-    /// selection rules). A relative `path` resolves against the workdir, not the local
+    /// Streams the files below `path` as LocalExecutor does (see the `stream_files` module for
+    /// the selection rules). A relative `path` resolves against the workdir, not the local
     /// process's directory as in LocalExecutor. Always `Ok`: every failure, including a
     /// missing root, is an `Err` item.
     async fn stream_files(
@@ -210,7 +210,7 @@ impl ToolExecutor for SshExecutor {
         extensions: Option<Vec<String>>,
     ) -> anyhow::Result<IndexingStream<String>> {
         let root = self.resolve_path(path, None);
-        let files = files::walk_files(self.clone(), root, extensions);
+        let files = stream_files::walk_files(self.clone(), root, extensions);
         let nodes = futures::stream::unfold(files, |mut files| async move {
             let item = files.recv().await?;
             Some((item.and_then(to_node), files))

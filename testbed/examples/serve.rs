@@ -1,7 +1,7 @@
 //! Starts a testbed and keeps it running, for poking at it by hand:
 //!
 //! ```sh
-//! cargo run -p swiftide-ssh-testbed --example serve -- [--unprivileged] [--password] ['sshd_config line' ...]
+//! cargo run -p swiftide-ssh-testbed --example serve -- [--unprivileged] [--password] [--netns] ['sshd_config line' ...]
 //! ```
 //!
 //! Prints the testbed's directory and a ready-to-use `ssh` command line, then waits
@@ -15,6 +15,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         builder = match arg.as_str() {
             "--unprivileged" => builder.unprivileged_user(),
             "--password" => builder.password_auth(true),
+            "--netns" => builder.network_namespace(true),
             line => builder.sshd_config_line(line),
         };
     }
@@ -26,6 +27,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect();
     println!("dir {}", testbed.dir().display());
     println!("ssh {}", ssh.join(" "));
+    if let Some(namespace) = testbed.network_namespace() {
+        // To cut the host off by hand, set the link inside the namespace (swtb<n>p) down.
+        println!("netns {namespace}");
+    }
     let secs = std::env::var("TESTBED_SECS")
         .ok()
         .and_then(|s| s.parse().ok())

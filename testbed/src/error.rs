@@ -53,6 +53,10 @@ pub enum TestbedError {
     },
     /// The operation needs a running sshd, but the testbed was stopped.
     NotRunning,
+    /// The operation ([`Testbed::cut_network`](crate::Testbed::cut_network), ...) needs a
+    /// testbed started with
+    /// [`network_namespace(true)`](crate::TestbedBuilder::network_namespace).
+    NoNetworkNamespace,
 }
 
 impl TestbedError {
@@ -78,7 +82,7 @@ impl fmt::Display for TestbedError {
             Self::NotRoot { what } => write!(
                 f,
                 "{what} requires root privileges; run the tests as root (for example in a \
-                 container) or use the default login user (the current user)"
+                 container)"
             ),
             Self::MissingPrivsepDir { path } => write!(
                 f,
@@ -111,6 +115,11 @@ impl fmt::Display for TestbedError {
             Self::NotRunning => write!(
                 f,
                 "the testbed's sshd is not running (it was stopped); call restart() first"
+            ),
+            Self::NoNetworkNamespace => write!(
+                f,
+                "the testbed has no network namespace; start it with \
+                 Testbed::builder().network_namespace(true)"
             ),
         }
     }

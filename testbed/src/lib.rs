@@ -11,6 +11,10 @@
 //!
 //! Many testbeds may run at once, in one test process or in several.
 //!
+//! As root, [`TestbedBuilder::network_namespace`] runs sshd in a network namespace of its
+//! own, reachable through a veth pair, so that a test can cut the host off the network
+//! silently ([`Testbed::cut_network`]) and restore it ([`Testbed::restore_network`]).
+//!
 //! Requirements: Linux (`/proc`), the OpenSSH server (`apt-get install -y
 //! openssh-server`) and client (`ssh-keygen`, `ssh`). As root, the harness creates
 //! sshd's privilege separation directory `/run/sshd` when missing; without root it can
@@ -30,6 +34,7 @@
 
 mod config;
 mod error;
+mod netns;
 mod process;
 mod system;
 
@@ -91,6 +96,8 @@ pub struct TestbedBuilder {
     listen_address: IpAddr,
     port: Option<u16>,
     password_auth: bool,
+    network_namespace: bool,
+    client_alive: Option<(u32, u32)>,
     extra_lines: Vec<String>,
 }
 
@@ -103,6 +110,8 @@ impl Default for TestbedBuilder {
             listen_address: IpAddr::V4(Ipv4Addr::LOCALHOST),
             port: None,
             password_auth: false,
+            network_namespace: false,
+            client_alive: None,
             extra_lines: Vec::new(),
         }
     }
@@ -167,6 +176,51 @@ impl TestbedBuilder {
         self
     }
 
+    /// Runs sshd in a network namespace of its own, reachable from this machine through
+    /// a veth pair, so that a test can cut the host off the network
+    /// ([`Testbed::cut_network`]) and restore it ([`Testbed::restore_network`]).
+    ///
+    /// The testbed claims a free slot `n` in 1..=254 (atomically, so concurrent testbeds in
+    /// any number of processes never share one): the namespace `swiftide-tb-<n>`, the
+    /// interface `swtb<n>h` in the root namespace with `10.213.<n>.1/30`, and its peer
+    /// `swtb<n>p` inside with `10.213.<n>.2/30`. sshd runs inside (`ip netns exec`) and
+    /// listens on `10.213.<n>.2`, which [`Testbed::host`] returns, on port 22 unless
+    /// [`port`](Self::port) says otherwise ([`listen_address`](Self::listen_address) is
+    /// ignored). Commands run inside the namespace but see the same file systems and
+    /// processes as the test.
+    ///
+    /// The root namespace also gets the route `unreachable 10.213.0.0/16`, installed once
+    /// and left in place: it only applies to addresses of testbeds that no longer exist,
+    /// so that a socket still open to one never sends packets along the default route.
+    ///
+    /// Dropping the testbed deletes the namespace and the veth pair; so does a watchdog
+    /// process if the test process dies first.
+    ///
+    /// Requires root and iproute2 (`ip`); without root, [`start`](Self::start) fails with
+    /// [`TestbedError::NotRoot`].
+    ///
+    /// Defaults to `false` (sshd listens on loopback in the current namespace).
+    pub fn network_namespace(mut self, enabled: bool) -> Self {
+        self.network_namespace = enabled;
+        self
+    }
+
+    /// sshd's `ClientAliveInterval` (seconds) and `ClientAliveCountMax`: when the client
+    /// is silent, sshd sends keepalive requests and drops the connection once `count_max`
+    /// of them are unanswered. This is how the server notices a client that vanished
+    /// silently (a [network cut](Testbed::cut_network)) and ends its sessions. An interval
+    /// of 0, or a `count_max` of 0, disables it.
+    ///
+    /// OpenSSH 9.2 sends a request only every *second* interval (it compares whole
+    /// seconds with `>`), so a silent client is dropped after about
+    /// `2 × interval_secs × (count_max + 1)` seconds: 5–6 s for `client_alive(1, 2)`.
+    ///
+    /// Defaults to unset (sshd's defaults: interval 0, count 3).
+    pub fn client_alive(mut self, interval_secs: u32, count_max: u32) -> Self {
+        self.client_alive = Some((interval_secs, count_max));
+        self
+    }
+
     /// Appends raw lines (the string may contain several, separated by newlines) to the
     /// generated `sshd_config`.
     ///
@@ -190,7 +244,8 @@ impl TestbedBuilder {
     /// # Errors
     ///
     /// [`TestbedError::SshdNotFound`] without an sshd binary,
-    /// [`TestbedError::NotRoot`] for [`TestbedBuilder::unprivileged_user`] without root,
+    /// [`TestbedError::NotRoot`] for [`TestbedBuilder::unprivileged_user`] or
+    /// [`TestbedBuilder::network_namespace`] without root,
     /// [`TestbedError::MissingPrivsepDir`] when `/run/sshd` is missing and cannot be
     /// created, [`TestbedError::StartFailed`] (with sshd's log) when sshd exits or does
     /// not answer within 10 s, [`TestbedError::Command`]/[`TestbedError::Io`] when a
@@ -279,6 +334,8 @@ pub struct Testbed {
     pid: u32,
     scratch: TempDir,
     dir: TempDir,
+    /// Dropped after sshd was killed (in `Drop::drop`).
+    network: Option<netns::Network>,
 }
 
 impl Testbed {
@@ -303,7 +360,8 @@ impl Testbed {
         &self.id
     }
 
-    /// The address to connect to, as text (`"127.0.0.1"` by default).
+    /// The address to connect to, as text (`"127.0.0.1"` by default; `10.213.<n>.2` with
+    /// a [network namespace](TestbedBuilder::network_namespace)).
     pub fn host(&self) -> String {
         self.settings.listen_address.to_string()
     }
@@ -485,6 +543,68 @@ impl Testbed {
         process::signal("CONT", &[pid])
     }
 
+    /// Cuts the host off the network, silently: from now on every packet between it and
+    /// the rest of the machine is dropped, in both directions. Established connections
+    /// see no FIN or RST (only keepalives and timeouts can tell), and new connection
+    /// attempts hang (no refusal, no "no route to host"). sshd and the commands keep
+    /// running. Undo with [`Testbed::restore_network`]; calling it twice is harmless.
+    ///
+    /// Only for testbeds with a [network namespace](TestbedBuilder::network_namespace).
+    /// Technically, the namespace's end of the veth pair goes down; the root namespace's end
+    /// stays up without a carrier, keeping its route, so nothing leaves the machine.
+    ///
+    /// # Errors
+    ///
+    /// [`TestbedError::NoNetworkNamespace`] for a testbed without one;
+    /// [`TestbedError::Command`] if `ip` fails.
+    pub fn cut_network(&self) -> Result<(), TestbedError> {
+        self.network()?.cut()
+    }
+
+    /// Reconnects a host cut off with [`Testbed::cut_network`] and returns once the link is
+    /// up again (packets flow; connections that both ends still hold resume). Harmless
+    /// when the network is not cut.
+    ///
+    /// # Errors
+    ///
+    /// [`TestbedError::NoNetworkNamespace`] for a testbed without one;
+    /// [`TestbedError::Command`] if `ip` fails; [`TestbedError::Io`] if the link does not
+    /// come up within 5 s.
+    pub fn restore_network(&self) -> Result<(), TestbedError> {
+        self.network()?.restore()
+    }
+
+    /// Whether the network is cut ([`Testbed::cut_network`] without a later
+    /// [`Testbed::restore_network`]). Always `false` without a network namespace.
+    pub fn is_network_cut(&self) -> bool {
+        self.network.as_ref().is_some_and(netns::Network::is_cut)
+    }
+
+    /// The name of the testbed's network namespace (`swiftide-tb-<n>`), if it has one;
+    /// for `ip netns exec <name> ...` and `ip -n <name> ...`.
+    pub fn network_namespace(&self) -> Option<&str> {
+        self.network.as_ref().map(netns::Network::namespace)
+    }
+
+    /// The root namespace's end of the veth pair (`swtb<n>h`), if the testbed has a
+    /// network namespace.
+    pub fn host_interface(&self) -> Option<&str> {
+        self.network.as_ref().map(netns::Network::host_interface)
+    }
+
+    /// The address of the root namespace's end of the veth pair (`10.213.<n>.1`): where
+    /// the host sees connections from the test come from. `None` without a network
+    /// namespace.
+    pub fn host_side_address(&self) -> Option<Ipv4Addr> {
+        self.network.as_ref().map(netns::Network::host_side_address)
+    }
+
+    fn network(&self) -> Result<&netns::Network, TestbedError> {
+        self.network
+            .as_ref()
+            .ok_or(TestbedError::NoNetworkNamespace)
+    }
+
     /// The pids of the living per-connection sshd processes: the sshd processes below
     /// the listener (found through the parent pids in `/proc/*/stat`, recursively,
     /// including the privilege-separated children). Empty when stopped.
@@ -507,16 +627,24 @@ impl Testbed {
             .ok_or(TestbedError::NotRunning)
     }
 
-    fn launch_new(settings: TestbedBuilder) -> Result<Testbed, TestbedError> {
+    fn launch_new(mut settings: TestbedBuilder) -> Result<Testbed, TestbedError> {
         let sshd = sshd_path()?;
         let uid = system::effective_uid()?;
+        if settings.network_namespace && uid != 0 {
+            return Err(TestbedError::NotRoot {
+                what: "running sshd in a network namespace (network_namespace(true))".to_owned(),
+            });
+        }
         if uid == 0 {
             ensure_privsep_dir()?;
         }
         let (user, root_login) = if settings.unprivileged {
             if uid != 0 {
                 return Err(TestbedError::NotRoot {
-                    what: format!("logging in as the unprivileged user {UNPRIVILEGED_USER}"),
+                    what: format!(
+                        "logging in as the unprivileged user {UNPRIVILEGED_USER} instead of \
+                         the current user"
+                    ),
                 });
             }
             let user_uid = system::ensure_unprivileged_user()?;
@@ -564,6 +692,18 @@ impl Testbed {
             system::chown(scratch.path(), &user)?;
         }
 
+        let network = if settings.network_namespace {
+            let network = netns::Network::create()?;
+            settings.listen_address = IpAddr::V4(network.inner_address());
+            if settings.port.is_none() {
+                // The namespace is private: the standard port is free.
+                settings.port = Some(22);
+            }
+            Some(network)
+        } else {
+            None
+        };
+
         let mut testbed = Testbed {
             port: settings.port.unwrap_or(0),
             settings,
@@ -577,6 +717,7 @@ impl Testbed {
             pid: 0,
             scratch,
             dir,
+            network,
         };
         let ephemeral = testbed.settings.port.is_none();
         testbed.launch(ephemeral)?;
@@ -626,6 +767,7 @@ impl Testbed {
             max_startups: &self.settings.max_startups,
             user: &self.user,
             testbed_id: &self.id,
+            client_alive: self.settings.client_alive,
             extra_lines: &self.settings.extra_lines,
         });
         system::write_file(&self.paths.config, text.as_bytes(), 0o644)
@@ -667,7 +809,11 @@ impl Testbed {
                     e,
                 ))
             })?;
-        let child = Command::new(&self.sshd)
+        let mut command = match &self.network {
+            Some(network) => network.exec_command(&self.sshd),
+            None => Command::new(&self.sshd),
+        };
+        let child = command
             .arg("-D")
             .arg("-e")
             .arg("-f")

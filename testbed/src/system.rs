@@ -39,7 +39,7 @@ fn check_output(output: Output, what: &str) -> Result<Output, TestbedError> {
 
 /// The path of a system administration tool: `/usr/sbin/<name>` when it exists (it is
 /// not always on a non-login `PATH`), otherwise the bare name looked up on `PATH`.
-fn sbin_tool(name: &str) -> PathBuf {
+pub(crate) fn sbin_tool(name: &str) -> PathBuf {
     let path = Path::new("/usr/sbin").join(name);
     if path.is_file() {
         path

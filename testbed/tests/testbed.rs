@@ -607,3 +607,138 @@ fn ipv6_loopback() {
     assert_ok(&output);
     assert_eq!(stdout(&output), "v6\n");
 }
+
+/// A testbed in a network namespace, or `None` (with a message) when not root.
+fn netns_testbed(builder: swiftide_ssh_testbed::TestbedBuilder) -> Option<Testbed> {
+    match builder.network_namespace(true).start() {
+        Ok(testbed) => Some(testbed),
+        Err(TestbedError::NotRoot { what }) => {
+            eprintln!("skipping: {what} requires root");
+            None
+        }
+        Err(e) => panic!("cannot start a testbed in a network namespace: {e}"),
+    }
+}
+
+#[test]
+fn network_namespace_host_can_be_cut_and_restored() {
+    let Some(testbed) = netns_testbed(Testbed::builder().client_alive(7, 5)) else {
+        return;
+    };
+    let namespace = testbed.network_namespace().unwrap().to_owned();
+    let interface = testbed.host_interface().unwrap().to_owned();
+    let host: std::net::Ipv4Addr = testbed.host().parse().unwrap();
+    let octets = host.octets();
+    assert_eq!((octets[0], octets[1], octets[3]), (10, 213, 2), "{host}");
+    assert_eq!(
+        testbed.host_side_address(),
+        Some(std::net::Ipv4Addr::new(10, 213, octets[2], 1))
+    );
+    assert_eq!(testbed.port(), 22);
+    let known_hosts = fs::read_to_string(testbed.known_hosts_path()).unwrap();
+    assert!(
+        known_hosts.starts_with(&format!("{host} ssh-ed25519 ")),
+        "{known_hosts}"
+    );
+    let config = fs::read_to_string(testbed.dir().join("sshd_config")).unwrap();
+    assert!(
+        config.lines().any(|l| l == "ClientAliveInterval 7"),
+        "{config}"
+    );
+    assert!(
+        config.lines().any(|l| l == "ClientAliveCountMax 5"),
+        "{config}"
+    );
+
+    // sshd runs inside the namespace; the connection comes from the root end.
+    let output = testbed.run("echo $SSH_CONNECTION").unwrap();
+    assert_ok(&output);
+    let connection = stdout(&output);
+    assert!(
+        connection.starts_with(&format!("{}.1 ", host.to_string().trim_end_matches(".2"))),
+        "{connection}"
+    );
+    let sshd_netns = fs::read_link(format!("/proc/{}/ns/net", testbed.sshd_pid())).unwrap();
+    assert_ne!(sshd_netns, fs::read_link("/proc/self/ns/net").unwrap());
+
+    // A session that is open across the cut.
+    let mut ssh = testbed
+        .ssh_command("read line; echo got $line")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("the session", || {
+        testbed.sshd_log().contains("Starting session")
+    });
+
+    testbed.cut_network().unwrap();
+    assert!(testbed.is_network_cut());
+    testbed.cut_network().unwrap();
+    // A new connection neither succeeds nor fails: it hangs.
+    let addr = std::net::SocketAddr::new(host.into(), 22);
+    let started = Instant::now();
+    let err = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(700)).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{err}");
+    assert!(started.elapsed() >= Duration::from_millis(600));
+    // The open session gets no answer, and no error either.
+    {
+        use std::io::Write;
+        ssh.stdin.as_mut().unwrap().write_all(b"ping\n").unwrap();
+    }
+    thread::sleep(Duration::from_millis(500));
+    assert!(ssh.try_wait().unwrap().is_none());
+
+    testbed.restore_network().unwrap();
+    assert!(!testbed.is_network_cut());
+    testbed.restore_network().unwrap();
+    // The held connection resumes (TCP retransmits what was dropped).
+    drop(ssh.stdin.take());
+    let output = ssh.wait_with_output().unwrap();
+    assert_ok(&output);
+    assert_eq!(stdout(&output), "got ping\n");
+    assert_ok(&testbed.run("true").unwrap());
+
+    // sshd restarts inside the same namespace, on the same address.
+    let mut testbed = testbed;
+    testbed.restart().unwrap();
+    assert_eq!(testbed.host(), host.to_string());
+    assert_ok(&testbed.run("true").unwrap());
+
+    drop(testbed);
+    assert!(!Path::new("/run/netns").join(&namespace).exists());
+    assert!(!Path::new("/sys/class/net").join(&interface).exists());
+}
+
+#[test]
+fn network_namespace_hosts_get_their_own_addresses() {
+    let builders = (0..3).map(|_| Testbed::builder());
+    let testbeds: Vec<Testbed> = builders.filter_map(netns_testbed).collect();
+    if testbeds.is_empty() {
+        return;
+    }
+    let mut hosts: Vec<String> = testbeds.iter().map(Testbed::host).collect();
+    hosts.sort();
+    hosts.dedup();
+    assert_eq!(hosts.len(), 3, "{hosts:?}");
+    testbeds[0].cut_network().unwrap();
+    for testbed in &testbeds[1..] {
+        let output = testbed.run("hostname >/dev/null && echo ok").unwrap();
+        assert_ok(&output);
+        assert_eq!(stdout(&output), "ok\n");
+    }
+}
+
+#[test]
+fn cutting_requires_a_network_namespace() {
+    let testbed = Testbed::start().unwrap();
+    assert_eq!(testbed.network_namespace(), None);
+    assert!(!testbed.is_network_cut());
+    let err = testbed.cut_network().unwrap_err();
+    assert!(matches!(err, TestbedError::NoNetworkNamespace), "{err}");
+    assert!(err.to_string().contains("network_namespace(true)"), "{err}");
+    assert!(matches!(
+        testbed.restore_network(),
+        Err(TestbedError::NoNetworkNamespace)
+    ));
+}

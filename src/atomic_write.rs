@@ -1,0 +1,250 @@
+//! The atomic write over SFTP behind [`SshExecutor::write_file_bytes`]: follow symlinks to
+//! the real target, write a private temporary file next to it (content, then mode and owner),
+//! and `posix-rename` it over the target. A directory that refuses the temporary file falls
+//! back to LocalExecutor's in-place write.
+
+use std::{path::Path, sync::Arc};
+
+use russh_sftp::protocol::{FileAttributes, OpenFlags, StatusCode};
+
+use crate::{
+    error::Result,
+    exec_fallback,
+    executor::SshExecutor,
+    file_error::{EISDIR, ELOOP},
+    remote_fs::{FileMetadata, sftp_path},
+    sftp::{OpenHandle, SftpChannel, has_status},
+};
+
+/// Symlinks followed before a write gives up, as Linux's `ELOOP` limit.
+const MAX_SYMLINKS: usize = 40;
+
+/// Where a write really goes after following symlinks.
+struct WriteTarget {
+    path: String,
+    /// The existing file's attributes, `None` for a new file.
+    existing: Option<FileAttributes>,
+}
+
+/// The temporary file of an atomic write. Removed in the background when dropped armed
+/// (a failure or a cancelled future).
+struct TempFile {
+    channel: Arc<SftpChannel>,
+    path: String,
+    armed: bool,
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let channel = self.channel.clone();
+        let path = std::mem::take(&mut self.path);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = channel.remove(&path).await;
+            });
+        }
+    }
+}
+
+/// `.<name>.swiftide-<16 hex digits>.tmp` in the target's directory. Long names are cut so
+/// the result stays within the usual 255-byte limit for one name.
+fn temp_name(target: &str, nonce: u64) -> String {
+    let (dir, name) = match target.rfind('/') {
+        Some(at) => target.split_at(at + 1),
+        None => ("", target),
+    };
+    let mut end = name.len().min(200);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    let short = name.get(..end).unwrap_or_default();
+    format!("{dir}.{short}.swiftide-{nonce:016x}.tmp")
+}
+
+/// Resolves a symlink's target: absolute as is, relative against the link's directory.
+fn link_target(link: &str, target: &str) -> String {
+    if target.starts_with('/') {
+        return target.to_owned();
+    }
+    match link.rfind('/') {
+        Some(at) => format!("{}{target}", link.get(..=at).unwrap_or_default()),
+        None => target.to_owned(),
+    }
+}
+
+impl SshExecutor {
+    /// The write of [`SshExecutor::write_file_bytes`] on `channel`, for a resolved `path`.
+    pub(crate) async fn write_atomic(
+        &self,
+        channel: &Arc<SftpChannel>,
+        path: &Path,
+        content: &[u8],
+    ) -> Result<()> {
+        let text = sftp_path(path)?;
+        let target = match self.write_target(channel, text).await? {
+            Some(target) => target,
+            // A link pointing to a name SFTP cannot carry: let the shell follow it.
+            None => return exec_fallback::write_via_exec(self, path, content).await,
+        };
+        if target
+            .existing
+            .as_ref()
+            .is_some_and(|a| FileMetadata::from_attrs(a).is_dir())
+        {
+            return Err(self.file_error("write", path, EISDIR));
+        }
+        if target.existing.is_none()
+            && let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty())
+        {
+            // LocalExecutor ignores these errors too; the open below reports the real one.
+            let _ = self.mkdir_all(channel, parent).await;
+        }
+        let temp = temp_name(&target.path, rand::random());
+        // Armed before the open is sent: if this future is dropped while the open is on its
+        // way, the removal is queued behind it.
+        let mut guard = TempFile {
+            channel: channel.clone(),
+            path: temp.clone(),
+            armed: true,
+        };
+        let flags = OpenFlags::WRITE | OpenFlags::CREATE | OpenFlags::EXCLUDE;
+        // 0600 while the content is incomplete; the final mode is set before the rename.
+        let private = FileAttributes {
+            permissions: Some(0o600),
+            ..FileAttributes::empty()
+        };
+        let file = match channel.open_handle(&temp, flags, private).await {
+            Ok(file) => file,
+            Err(e) if has_status(&e, StatusCode::PermissionDenied) && target.existing.is_some() => {
+                guard.armed = false;
+                return self.write_in_place(channel, &target.path, content).await;
+            }
+            Err(error) => {
+                guard.armed = false;
+                return Err(self.sftp_error("write", &target.path, error));
+            }
+        };
+        self.fill_temp(channel, file, &target, content).await?;
+        channel
+            .rename(&temp, &target.path)
+            .await
+            .map_err(|e| self.sftp_error("write", &target.path, e))?;
+        guard.armed = false;
+        Ok(())
+    }
+
+    /// Writes the content, then the final mode (and owner), then closes.
+    async fn fill_temp(
+        &self,
+        channel: &Arc<SftpChannel>,
+        file: OpenHandle,
+        target: &WriteTarget,
+        content: &[u8],
+    ) -> Result<()> {
+        let fail = |e| self.sftp_error("write", &target.path, e);
+        let handle = file.handle.as_str();
+        if let Some((uid, gid)) = target.existing.as_ref().and_then(|a| a.uid.zip(a.gid)) {
+            // Before the chmod: a chown clears setuid/setgid bits.
+            channel.set_owner(handle, uid, gid).await;
+        }
+        let mode = target
+            .existing
+            .as_ref()
+            .and_then(|a| a.permissions)
+            .unwrap_or(0o644);
+        let (written, moded) = tokio::join!(
+            channel.write_all(handle, content),
+            channel.set_permissions(handle, mode)
+        );
+        written.map_err(fail)?;
+        moded.map_err(fail)?;
+        file.close().await.map_err(fail)
+    }
+
+    /// LocalExecutor's non-atomic write: truncate and write the existing file in place.
+    async fn write_in_place(
+        &self,
+        channel: &Arc<SftpChannel>,
+        path: &str,
+        content: &[u8],
+    ) -> Result<()> {
+        let fail = |e| self.sftp_error("write", path, e);
+        let flags = OpenFlags::WRITE | OpenFlags::TRUNCATE;
+        let file = channel
+            .open_handle(path, flags, FileAttributes::empty())
+            .await
+            .map_err(fail)?;
+        channel
+            .write_all(file.handle.as_str(), content)
+            .await
+            .map_err(fail)?;
+        file.close().await.map_err(fail)
+    }
+
+    /// Follows symlinks from `path` to the file a write replaces. `None` when a link target
+    /// came back lossily decoded (not valid UTF-8).
+    async fn write_target(
+        &self,
+        channel: &Arc<SftpChannel>,
+        path: &str,
+    ) -> Result<Option<WriteTarget>> {
+        let mut current = path.to_owned();
+        for _ in 0..MAX_SYMLINKS {
+            let attrs = match channel.lstat(&current).await {
+                Ok(attrs) => attrs,
+                Err(e) if has_status(&e, StatusCode::NoSuchFile) => {
+                    return Ok(Some(WriteTarget {
+                        path: current,
+                        existing: None,
+                    }));
+                }
+                Err(error) => return Err(self.sftp_error("write", path, error)),
+            };
+            if !FileMetadata::from_attrs(&attrs).is_symlink() {
+                return Ok(Some(WriteTarget {
+                    path: current,
+                    existing: Some(attrs),
+                }));
+            }
+            let target = channel
+                .read_link(&current)
+                .await
+                .map_err(|e| self.sftp_error("write", path, e))?;
+            if target.contains(char::REPLACEMENT_CHARACTER) {
+                return Ok(None);
+            }
+            current = link_target(&current, &target);
+        }
+        Err(self.file_error("write", Path::new(path), ELOOP))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temp_names_stay_in_the_target_directory_and_short() {
+        assert_eq!(
+            temp_name("/a/b/file.txt", 0xab),
+            "/a/b/.file.txt.swiftide-00000000000000ab.tmp"
+        );
+        assert_eq!(temp_name("file", 1), ".file.swiftide-0000000000000001.tmp");
+        let long = format!("/d/{}", "é".repeat(200));
+        let temp = temp_name(&long, 2);
+        let name = temp.rsplit('/').next().unwrap_or_default();
+        assert!(name.len() <= 255, "{}", name.len());
+        assert!(temp.starts_with("/d/.é"));
+    }
+
+    #[test]
+    fn relative_link_targets_resolve_against_the_link_directory() {
+        assert_eq!(link_target("/a/b/link", "c/file"), "/a/b/c/file");
+        assert_eq!(link_target("/a/b/link", "/abs"), "/abs");
+        assert_eq!(link_target("link", "other"), "other");
+        assert_eq!(link_target("/link", "../x"), "/../x");
+    }
+}

@@ -1,0 +1,158 @@
+//! Reads and writes of paths SFTP cannot carry (not valid UTF-8, see [`crate::sftp`]), as
+//! shell scripts over exec: `cat` for a read, and for a write the same atomic replacement as
+//! over SFTP (follow symlinks, private temporary file, keep the mode, `mv` over the target).
+//! Failures are turned back into the typed errors an SFTP failure gives.
+//!
+//! # Remote requirements
+//!
+//! POSIX `sh`, `cat`, `mkdir -p`, `mv`, `chmod`, `readlink` and `stat -c %a`.
+
+use std::path::Path;
+
+use crate::{
+    error::{Error, Result, SftpStatus},
+    executor::SshExecutor,
+    file_error::{EISDIR, ELOOP, ENOENT, os_error_reason},
+    output::ExitStatus,
+    script::{quoted_path, run_collect},
+};
+
+/// The error number whose text is `text` (`"No such file or directory"` → 2), including
+/// dash's own wording for a redirection into a missing directory.
+fn errno_of(text: &str) -> Option<i32> {
+    if text == "Directory nonexistent" {
+        return Some(ENOENT);
+    }
+    (1..=133).find(|&code| os_error_reason(code) == text)
+}
+
+/// Turns a failed script's last stderr line (`cat: x: Is a directory`) into the same typed
+/// error an SFTP failure gives.
+fn script_failure(
+    executor: &SshExecutor,
+    operation: &'static str,
+    path: &Path,
+    status: &ExitStatus,
+    stderr: &[u8],
+) -> Error {
+    if !matches!(status, ExitStatus::Code(_)) {
+        return Error::ConnectionLost {
+            host: executor.inner.config.host.clone(),
+            port: executor.inner.config.port,
+        };
+    }
+    let stderr = String::from_utf8_lossy(stderr);
+    let line = stderr
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    let text = line.rsplit(": ").next().unwrap_or(line).trim();
+    match errno_of(text) {
+        Some(code) => executor.file_error(operation, path, code),
+        None => executor.file_failure(
+            operation,
+            path.to_string_lossy(),
+            line,
+            Some(SftpStatus::Failure),
+        ),
+    }
+}
+
+/// Runs a script that reads or writes `path` and returns its stdout, or the typed error
+/// its stderr describes.
+async fn run_file_script(
+    executor: &SshExecutor,
+    operation: &'static str,
+    path: &Path,
+    script: &[u8],
+    stdin: Vec<u8>,
+) -> Result<Vec<u8>> {
+    let (status, output) = run_collect(executor, script, stdin).await?;
+    if status.success() {
+        Ok(output.stdout)
+    } else {
+        Err(script_failure(
+            executor,
+            operation,
+            path,
+            &status,
+            &output.stderr,
+        ))
+    }
+}
+
+/// Reads a file with `cat` (for paths SFTP cannot carry).
+pub(crate) async fn read_via_exec(executor: &SshExecutor, path: &Path) -> Result<Vec<u8>> {
+    let mut script = b"exec cat -- ".to_vec();
+    script.extend_from_slice(&quoted_path(path)?);
+    run_file_script(executor, "read", path, &script, Vec::new()).await
+}
+
+/// The atomic write as a script: follow symlinks, refuse directories, `cat` stdin into a
+/// private temporary file next to the target, copy the old mode (or 0644), `mv` it over.
+fn write_script(path: &Path, nonce: u64) -> Result<Vec<u8>> {
+    let mut script = b"t=".to_vec();
+    script.extend_from_slice(&quoted_path(path)?);
+    script.push(b'\n');
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        script.extend_from_slice(b"mkdir -p -- ");
+        script.extend_from_slice(&quoted_path(parent)?);
+        script.extend_from_slice(b" 2>/dev/null\n");
+    }
+    script.extend_from_slice(
+        format!(
+            r#"n=0
+while [ -L "$t" ]; do
+  n=$((n+1))
+  if [ "$n" -gt 40 ]; then echo "write: {loop}" >&2; exit 1; fi
+  l=$(readlink -- "$t" && echo x) || exit 1
+  l=${{l%??}}
+  case $l in
+    /*) t=$l ;;
+    *) t=${{t%/*}}/$l ;;
+  esac
+done
+if [ -d "$t" ]; then echo "write: {isdir}" >&2; exit 1; fi
+tmp=${{t%/*}}/.${{t##*/}}.swiftide-{nonce:016x}.tmp
+trap 'rm -f -- "$tmp"' EXIT
+(umask 077 && exec cat > "$tmp") || exit 1
+if [ -e "$t" ]; then m=$(stat -c %a -- "$t") && chmod "$m" "$tmp" || exit 1
+else chmod 644 "$tmp" || exit 1; fi
+mv -f -- "$tmp" "$t" || exit 1
+"#,
+            loop = os_error_reason(ELOOP),
+            isdir = os_error_reason(EISDIR),
+        )
+        .as_bytes(),
+    );
+    Ok(script)
+}
+
+/// Writes a file atomically with a shell script, the content on stdin (for paths SFTP cannot
+/// carry). The existing owner is not kept.
+pub(crate) async fn write_via_exec(
+    executor: &SshExecutor,
+    path: &Path,
+    content: &[u8],
+) -> Result<()> {
+    let script = write_script(path, rand::random())?;
+    run_file_script(executor, "write", path, &script, content.to_vec())
+        .await
+        .map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::file_error::EACCES;
+
+    #[test]
+    fn error_texts_map_back_to_numbers() {
+        assert_eq!(errno_of("No such file or directory"), Some(ENOENT));
+        assert_eq!(errno_of("Is a directory"), Some(EISDIR));
+        assert_eq!(errno_of("Permission denied"), Some(EACCES));
+        assert_eq!(errno_of("Directory nonexistent"), Some(ENOENT));
+        assert_eq!(errno_of("whatever"), None);
+    }
+}
