@@ -80,6 +80,9 @@ const PRIVSEP_DIR: &str = "/run/sshd";
 /// How long sshd may take to accept connections.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long `freeze` waits for SIGSTOP to take effect.
+const FREEZE_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// How many ephemeral ports are tried when sshd cannot bind one.
 const PORT_ATTEMPTS: u32 = 5;
 
@@ -516,8 +519,9 @@ impl Testbed {
     }
 
     /// Makes the server a silent peer: SIGSTOP the listener and every per-connection
-    /// sshd process. Open connections stay open but get no answers; new connections are
-    /// accepted by the kernel but never see a banner. Undo with [`Testbed::thaw`].
+    /// sshd process, and wait (up to 2 s) until they are stopped. Open connections stay
+    /// open but get no answers; new connections are accepted by the kernel but never see a
+    /// banner. Undo with [`Testbed::thaw`].
     ///
     /// # Errors
     ///
@@ -526,7 +530,11 @@ impl Testbed {
     pub fn freeze(&self) -> Result<(), TestbedError> {
         let pid = self.running_pid()?;
         process::signal("STOP", &[pid])?;
-        process::stop_sshd_descendants(pid);
+        // The listener must really be stopped before its children are collected, or it
+        // could still fork one that escapes the scan.
+        process::wait_stopped(&[pid], FREEZE_TIMEOUT);
+        let children = process::stop_sshd_descendants(pid);
+        process::wait_stopped(&children, FREEZE_TIMEOUT);
         Ok(())
     }
 

@@ -137,6 +137,18 @@ pub(crate) fn signal(signal: &str, pids: &[u32]) -> Result<(), TestbedError> {
     }
 }
 
+/// Waits (up to `timeout`) until each of `pids` is stopped (state `T`) or gone. A signal
+/// is delivered asynchronously: `kill` returns while a busy target may still be running on
+/// another CPU.
+pub(crate) fn wait_stopped(pids: &[u32], timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    let running =
+        |pid: &u32| read_proc(*pid).is_some_and(|info| info.is_alive() && info.state != 'T');
+    while pids.iter().any(running) && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// Stops (SIGSTOP) every living sshd process below `root` until no new ones show up,
 /// and returns them. `root` itself must already be stopped, so that it cannot accept
 /// new connections meanwhile.
