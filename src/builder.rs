@@ -385,7 +385,8 @@ impl SshExecutorBuilder {
     /// commands running. The command's supervisor (see the crate docs) notices when sshd
     /// closes the channel's stdin, which happens at once when the client's TCP connection
     /// closes and, for a silent network cut, once the server's sshd gives up on the client
-    /// (`ClientAliveInterval` × `ClientAliveCountMax`, or TCP keepalive). Defaults to `true`.
+    /// (OpenSSH 9.2: about 2 × `ClientAliveInterval` × (`ClientAliveCountMax` + 1); without
+    /// `ClientAliveInterval` only TCP keepalive, about 2 hours). Defaults to `true`.
     pub fn kill_on_disconnect(mut self, enabled: bool) -> Self {
         self.kill_on_disconnect = enabled;
         self

@@ -78,7 +78,9 @@
 //! If the connection goes away while a command runs (the client process is killed, the
 //! network breaks), sshd closes the pipe and the supervisor `SIGKILL`s the group at once
 //! ([`kill_on_disconnect`](SshExecutorBuilder::kill_on_disconnect)); for a silent network cut
-//! that happens when the server's sshd notices (`ClientAliveInterval`, TCP keepalive).
+//! that happens when the server's sshd notices: with OpenSSH 9.2 about
+//! 2 × `ClientAliveInterval` × (`ClientAliveCountMax` + 1), and only via TCP keepalive (hours)
+//! when the server sets no `ClientAliveInterval`.
 //! Shebang scripts with bodies over 48 KiB need stdin for the body: they are killed from a
 //! second channel and have no disconnect kill.
 //!
