@@ -1,0 +1,502 @@
+//! Scenario 1 (warm latency) and 8 (latency over a 20 ms RTT link).
+
+use std::{
+    net::SocketAddr,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, ensure};
+use swiftide_core::{Command as SwiftideCommand, ToolExecutor};
+use swiftide_ssh_executor::SshExecutor;
+
+use crate::{
+    Ctx,
+    child::Conn,
+    peers::{ControlMaster, kex_curve25519},
+    proxy, raw,
+    report::Report,
+    stats::{Samples, ms, ratio},
+    time_n,
+};
+
+/// In-process variants, measured in interleaved blocks so that background noise (other
+/// builds and tests on the machine) hits all of them alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Variant {
+    Run,
+    ExecCmd,
+    RunNoWatchdog,
+    RawTrue,
+    RawShTrue,
+    RawWrapperNoWatchdog,
+    RawWrapper,
+    RawNoNodelay,
+}
+
+const VARIANTS: &[(Variant, &str)] = &[
+    (Variant::Run, "ours SshExecutor::run(\"true\")"),
+    (Variant::ExecCmd, "ours ToolExecutor::exec_cmd(true)"),
+    (
+        Variant::RunNoWatchdog,
+        "ours run, kill_on_disconnect(false)",
+    ),
+    (Variant::RawTrue, "raw russh exec `true`"),
+    (Variant::RawShTrue, "raw russh exec `exec /bin/sh -c true`"),
+    (
+        Variant::RawWrapperNoWatchdog,
+        "raw russh exec <wrapper w/o watchdog>",
+    ),
+    (Variant::RawWrapper, "raw russh exec <executor wrapper>"),
+    (Variant::RawNoNodelay, "raw russh `true`, TCP_NODELAY off"),
+];
+
+struct InProcess {
+    samples: Vec<(Variant, Samples)>,
+    retries: u64,
+}
+
+impl InProcess {
+    fn get(&self, v: Variant) -> Samples {
+        self.samples
+            .iter()
+            .find(|(x, _)| *x == v)
+            .map(|(_, s)| s.clone())
+            .unwrap_or_default()
+    }
+}
+
+async fn in_process(conn: &Conn, n: usize) -> anyhow::Result<InProcess> {
+    let executor = conn.builder().build().await?;
+    let no_watchdog = conn.builder().kill_on_disconnect(false).build().await?;
+    let target = conn.raw_target();
+    let fast = raw::connect(&target, true).await?;
+    let nagle = raw::connect(&target, false).await?;
+    let wrapper = raw::executor_like_wrapper("true", true);
+    let wrapper_plain = raw::executor_like_wrapper("true", false);
+    let true_cmd = SwiftideCommand::shell("true");
+    let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); VARIANTS.len()];
+    let mut done = 0;
+    let mut warm = true;
+    let block = 25;
+    let retries_before = executor.pool_stats().channel_open_retries;
+    while done < n {
+        let k = if warm { 10 } else { block.min(n - done) };
+        for (i, (variant, _)) in VARIANTS.iter().enumerate() {
+            for _ in 0..k {
+                let t = Instant::now();
+                let ok = match variant {
+                    Variant::Run => executor.run("true").await?.status.success(),
+                    Variant::ExecCmd => executor.exec_cmd(&true_cmd).await.is_ok(),
+                    Variant::RunNoWatchdog => no_watchdog.run("true").await?.status.success(),
+                    Variant::RawTrue => raw::exec(&fast, b"true", |_| {}).await?.0 == Some(0),
+                    Variant::RawShTrue => {
+                        raw::exec(&fast, b"exec /bin/sh -c true", |_| {}).await?.0 == Some(0)
+                    }
+                    Variant::RawWrapperNoWatchdog => {
+                        raw::exec(&fast, &wrapper_plain, |_| {}).await?.0 == Some(0)
+                    }
+                    Variant::RawWrapper => raw::exec(&fast, &wrapper, |_| {}).await?.0 == Some(0),
+                    Variant::RawNoNodelay => raw::exec(&nagle, b"true", |_| {}).await?.0 == Some(0),
+                };
+                let elapsed = t.elapsed();
+                ensure!(ok, "{variant:?} failed");
+                if !warm {
+                    samples[i].push(elapsed);
+                }
+            }
+        }
+        if warm {
+            warm = false;
+        } else {
+            done += k;
+        }
+    }
+    let retries = executor.pool_stats().channel_open_retries - retries_before;
+    executor.close().await;
+    no_watchdog.close().await;
+    Ok(InProcess {
+        samples: VARIANTS
+            .iter()
+            .zip(samples)
+            .map(|((v, _), s)| (*v, Samples::new(s)))
+            .collect(),
+        retries,
+    })
+}
+
+pub fn warm(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
+    let n = ctx.size(300, 100);
+    let m = ctx.rt.block_on(in_process(&ctx.conn, n))?;
+    for (variant, label) in VARIANTS {
+        println!("  {label:<44} {}", m.get(*variant).describe());
+    }
+    println!("  ours: channel-open retries during the run: {}", m.retries);
+    let run = m.get(Variant::Run);
+    let exec_cmd = m.get(Variant::ExecCmd);
+    let raw_true = m.get(Variant::RawTrue);
+    let raw_wrapper = m.get(Variant::RawWrapper);
+    let no_watchdog = m.get(Variant::RunNoWatchdog);
+    let raw_plain = m.get(Variant::RawWrapperNoWatchdog);
+
+    let cm = match &ctx.cm {
+        Some(cm) => {
+            let n_cm = ctx.size(200, 50);
+            for _ in 0..5 {
+                cm.run("true")?;
+            }
+            let s = Samples::new(time_n(n_cm, || {
+                ensure!(cm.run("true")?, "ControlMaster ssh failed");
+                Ok(())
+            })?);
+            println!(
+                "  OpenSSH ssh via warm ControlMaster       {}",
+                s.describe()
+            );
+            Some(s)
+        }
+        None => None,
+    };
+    let n_cold = ctx.size(20, 5);
+    let cold = Samples::new(time_n(n_cold, || {
+        ensure!(
+            ctx.ssh.ssh(&[], "true").status()?.success(),
+            "cold ssh failed"
+        );
+        Ok(())
+    })?);
+    println!(
+        "  OpenSSH cold `ssh host true` (default kex) {}",
+        cold.describe()
+    );
+    let cold_x = Samples::new(time_n(n_cold, || {
+        ensure!(
+            ctx.ssh.ssh(&kex_curve25519(), "true").status()?.success(),
+            "cold ssh failed"
+        );
+        Ok(())
+    })?);
+    println!(
+        "  OpenSSH cold ssh, KexAlgorithms=curve25519-sha256 {}",
+        cold_x.describe()
+    );
+    let asyncssh = match &ctx.asyncssh {
+        Ok(a) => {
+            let r = a.run(&ctx.ssh, "latency", &[("n", ctx.size(200, 50).to_string())])?;
+            let samples = r
+                .get("samples_us")
+                .context("samples_us")?
+                .split(',')
+                .filter_map(|s| s.parse::<u64>().ok())
+                .map(Duration::from_micros)
+                .collect();
+            let s = Samples::new(samples);
+            println!(
+                "  asyncssh conn.run('true'), one connection {}",
+                s.describe()
+            );
+            Some(s)
+        }
+        Err(_) => None,
+    };
+
+    let o = run.median().as_secs_f64();
+    let pool_ratio = o / raw_true.median().as_secs_f64();
+    report.row(
+        "1 warm `true`: `run` vs raw russh channel",
+        run.short(),
+        format!("raw russh {}", raw_true.short()),
+        ratio(pool_ratio),
+        "≤ 1.2×",
+        Some(pool_ratio <= 1.2),
+    );
+    let exec_ratio = exec_cmd.median().as_secs_f64() / raw_true.median().as_secs_f64();
+    report.row(
+        "1 warm `true`: swiftide `exec_cmd` vs raw russh",
+        exec_cmd.short(),
+        format!("raw russh {}", raw_true.short()),
+        ratio(exec_ratio),
+        "≤ 1.2×",
+        Some(exec_ratio <= 1.2),
+    );
+    let wrapper_ratio = run.median().as_secs_f64() / raw_wrapper.median().as_secs_f64();
+    report.row(
+        "1 warm: `run` vs raw russh sending the same wrapper",
+        run.short(),
+        format!("raw russh + wrapper {}", raw_wrapper.short()),
+        ratio(wrapper_ratio),
+        "(diagnostic: pool + driver only)",
+        None,
+    );
+    report.row(
+        "1 warm: `run` with `kill_on_disconnect(false)` vs raw russh",
+        no_watchdog.short(),
+        format!(
+            "raw russh {}; raw + wrapper w/o watchdog {}",
+            raw_true.short(),
+            raw_plain.short()
+        ),
+        format!(
+            "{} / {}",
+            ratio(no_watchdog.median().as_secs_f64() / raw_true.median().as_secs_f64()),
+            ratio(no_watchdog.median().as_secs_f64() / raw_plain.median().as_secs_f64())
+        ),
+        "(diagnostic)",
+        None,
+    );
+    let speedup = cold.median().as_secs_f64() / o;
+    report.row(
+        "1 warm `true` vs new `ssh host true` per command",
+        run.short(),
+        format!(
+            "cold ssh {} (curve25519 kex: {})",
+            cold.short(),
+            cold_x.short()
+        ),
+        format!("{} faster", ratio(speedup)),
+        "≥ 20× faster",
+        Some(speedup >= 20.0),
+    );
+    if let Some(cm) = cm {
+        let r = o / cm.median().as_secs_f64();
+        report.row(
+            "1 warm `true` vs ssh with warm ControlMaster",
+            run.short(),
+            format!("ControlMaster {}", cm.short()),
+            ratio(r),
+            "≤ 0.5×",
+            Some(r <= 0.5),
+        );
+    }
+    if let Some(a) = asyncssh {
+        report.row(
+            "1 warm `true` vs asyncssh `conn.run`",
+            run.short(),
+            format!("asyncssh {}", a.short()),
+            ratio(o / a.median().as_secs_f64()),
+            "–",
+            None,
+        );
+    }
+    Ok(())
+}
+
+/// Writes a known_hosts file that vouches for the testbed's key at the proxy's port.
+fn proxy_known_hosts(ctx: &Ctx, proxy: SocketAddr) -> anyhow::Result<std::path::PathBuf> {
+    let path = ctx
+        .local
+        .path()
+        .join(format!("known_hosts_{}", proxy.port()));
+    std::fs::write(
+        &path,
+        format!("[{}]:{} {}\n", proxy.ip(), proxy.port(), ctx.conn.host_key),
+    )?;
+    Ok(path)
+}
+
+#[allow(clippy::type_complexity)]
+async fn slow_in_process(
+    conn: &Conn,
+    n: usize,
+    dir: &std::path::Path,
+) -> anyhow::Result<(Samples, Samples, Samples, Samples, u64, SlowFiles)> {
+    let executor: SshExecutor = conn.builder().build().await?;
+    let target = conn.raw_target();
+    let fast = raw::connect(&target, true).await?;
+    let nagle = raw::connect(&target, false).await?;
+    for _ in 0..3 {
+        executor.run("true").await?;
+        raw::exec(&fast, b"true", |_| {}).await?;
+        raw::exec(&nagle, b"true", |_| {}).await?;
+    }
+    let mut rtt = vec![];
+    for _ in 0..20 {
+        let t = Instant::now();
+        fast.send_ping().await?;
+        rtt.push(t.elapsed());
+    }
+    let retries_before = executor.pool_stats().channel_open_retries;
+    let (mut ours, mut r1, mut r2) = (vec![], vec![], vec![]);
+    for _ in 0..n {
+        let t = Instant::now();
+        ensure!(executor.run("true").await?.status.success());
+        ours.push(t.elapsed());
+        let t = Instant::now();
+        raw::exec(&fast, b"true", |_| {}).await?;
+        r1.push(t.elapsed());
+        let t = Instant::now();
+        raw::exec(&nagle, b"true", |_| {}).await?;
+        r2.push(t.elapsed());
+    }
+    let retries = executor.pool_stats().channel_open_retries - retries_before;
+    let files = slow_files(&executor, &fast, dir, n.min(20)).await?;
+    executor.close().await;
+    Ok((
+        Samples::new(rtt),
+        Samples::new(ours),
+        Samples::new(r1),
+        Samples::new(r2),
+        retries,
+        files,
+    ))
+}
+
+/// Small-file operations over the slow link: where round trips, not bytes, decide.
+pub struct SlowFiles {
+    pub write_new: Samples,
+    pub write_existing: Samples,
+    pub read: Samples,
+    pub raw_write: Samples,
+    pub raw_read: Samples,
+}
+
+async fn slow_files(
+    executor: &SshExecutor,
+    handle: &raw::RawHandle,
+    dir: &std::path::Path,
+    n: usize,
+) -> anyhow::Result<SlowFiles> {
+    let content = b"hello from the benchmark\n".repeat(8);
+    let sftp = raw::sftp(handle).await?;
+    // Warm both SFTP channels.
+    executor
+        .write_file_bytes(&dir.join("warm"), &content)
+        .await?;
+    raw::sftp_write(&sftp, &dir.join("warm_raw").display().to_string(), &content).await?;
+    let (mut new, mut existing, mut read, mut raw_write, mut raw_read) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    for i in 0..n {
+        let path = dir.join(format!("new{i}.txt"));
+        let t = Instant::now();
+        executor.write_file_bytes(&path, &content).await?;
+        new.push(t.elapsed());
+        let t = Instant::now();
+        executor.write_file_bytes(&path, &content).await?;
+        existing.push(t.elapsed());
+        let t = Instant::now();
+        ensure!(executor.read_file_bytes(&path).await?.len() == content.len());
+        read.push(t.elapsed());
+        let raw_path = dir.join(format!("raw{i}.txt")).display().to_string();
+        let t = Instant::now();
+        raw::sftp_write(&sftp, &raw_path, &content).await?;
+        raw_write.push(t.elapsed());
+        let t = Instant::now();
+        ensure!(sftp.read(raw_path.as_str()).await?.len() == content.len());
+        raw_read.push(t.elapsed());
+    }
+    Ok(SlowFiles {
+        write_new: Samples::new(new),
+        write_existing: Samples::new(existing),
+        read: Samples::new(read),
+        raw_write: Samples::new(raw_write),
+        raw_read: Samples::new(raw_read),
+    })
+}
+
+pub fn slow_link(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
+    let one_way = Duration::from_millis(10);
+    let target: SocketAddr = format!("{}:{}", ctx.conn.host, ctx.conn.port).parse()?;
+    let proxy = proxy::start(target, one_way)?;
+    let known_hosts = proxy_known_hosts(ctx, proxy)?;
+    let mut conn = ctx.conn.clone();
+    conn.port = proxy.port();
+    conn.known_hosts = known_hosts;
+    let n = ctx.size(50, 15);
+    let dir = ctx.tb.scratch_dir().join("slow");
+    std::fs::create_dir_all(&dir)?;
+    let (rtt, ours, raw_fast, raw_nagle, retries, files) =
+        ctx.rt.block_on(slow_in_process(&conn, n, &dir))?;
+    let _ = std::fs::remove_dir_all(&dir);
+    let rtt_s = rtt.median().as_secs_f64();
+    println!(
+        "  measured RTT (russh keepalive ping)      {}",
+        rtt.describe()
+    );
+    println!(
+        "  ours run(\"true\")                         {}",
+        ours.describe()
+    );
+    println!(
+        "  raw russh \"true\"                         {}",
+        raw_fast.describe()
+    );
+    println!(
+        "  raw russh \"true\", TCP_NODELAY off        {}",
+        raw_nagle.describe()
+    );
+    println!("  ours: channel-open retries: {retries}");
+    let ssh = Ctx::ssh_for(&conn);
+    let cm = match ControlMaster::start(&ssh, ctx.sockets.path().join("cm-slow")) {
+        Ok(cm) => {
+            cm.run("true")?;
+            let s = Samples::new(time_n(ctx.size(30, 10), || {
+                ensure!(cm.run("true")?, "ControlMaster ssh failed");
+                Ok(())
+            })?);
+            println!(
+                "  OpenSSH ControlMaster                    {}",
+                s.describe()
+            );
+            Some(s)
+        }
+        Err(e) => {
+            println!("  ControlMaster over the proxy failed: {e:#}");
+            None
+        }
+    };
+    let in_rtt = |s: &Samples| s.median().as_secs_f64() / rtt_s;
+    for (label, s) in [
+        ("ours write_file_bytes, new file", &files.write_new),
+        ("ours write_file_bytes, overwrite", &files.write_existing),
+        ("ours read_file_bytes (200 B)", &files.read),
+        ("raw russh-sftp open+write+close", &files.raw_write),
+        ("raw russh-sftp read (200 B)", &files.raw_read),
+    ] {
+        println!("  {label:<40} {} = {:.1} RTT", s.describe(), in_rtt(s));
+    }
+    report.row(
+        "8 small WriteFile, +20 ms RTT link (new / overwrite)",
+        format!(
+            "{:.1} / {:.1} RTT",
+            in_rtt(&files.write_new),
+            in_rtt(&files.write_existing)
+        ),
+        format!(
+            "raw russh-sftp open+write+close {:.1} RTT",
+            in_rtt(&files.raw_write)
+        ),
+        ratio(files.write_new.median().as_secs_f64() / files.raw_write.median().as_secs_f64()),
+        "– (round trips matter for agents)",
+        None,
+    );
+    report.row(
+        "8 small ReadFile, +20 ms RTT link",
+        format!("{:.1} RTT", in_rtt(&files.read)),
+        format!("raw russh-sftp read {:.1} RTT", in_rtt(&files.raw_read)),
+        ratio(files.read.median().as_secs_f64() / files.raw_read.median().as_secs_f64()),
+        "–",
+        None,
+    );
+    report.row(
+        format!("8 warm `true`, +20 ms RTT link (ping {})", ms(rtt.median())),
+        format!("{} = {:.2} RTT", ms(ours.median()), in_rtt(&ours)),
+        format!(
+            "raw russh {} = {:.2} RTT",
+            ms(raw_fast.median()),
+            in_rtt(&raw_fast)
+        ),
+        ratio(ours.median().as_secs_f64() / raw_fast.median().as_secs_f64()),
+        "ours ≤ 1.5 RTT",
+        Some(in_rtt(&ours) <= 1.5),
+    );
+    if let Some(cm) = cm {
+        report.row(
+            "8 warm `true`, +20 ms RTT link, vs ControlMaster",
+            format!("{} = {:.2} RTT", ms(ours.median()), in_rtt(&ours)),
+            format!("ControlMaster {} = {:.2} RTT", ms(cm.median()), in_rtt(&cm)),
+            ratio(ours.median().as_secs_f64() / cm.median().as_secs_f64()),
+            "–",
+            None,
+        );
+    }
+    Ok(())
+}

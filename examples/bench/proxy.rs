@@ -1,0 +1,95 @@
+//! A loopback TCP proxy that delays each direction by a fixed time, preserving byte order.
+//! Runs on its own thread and runtime so the code under test cannot starve it.
+
+use std::{net::SocketAddr, time::Duration};
+
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::{TcpListener, TcpStream},
+    sync::mpsc,
+    time::Instant,
+};
+
+/// Starts the proxy and returns the address to connect to. It lives until the process exits.
+pub fn start(target: SocketAddr, one_way: Duration) -> std::io::Result<SocketAddr> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("delay-proxy".into())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                let listener = match TcpListener::bind("127.0.0.1:0").await {
+                    Ok(l) => l,
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        return;
+                    }
+                };
+                let _ = tx.send(listener.local_addr());
+                while let Ok((inbound, _)) = listener.accept().await {
+                    tokio::spawn(async move {
+                        let Ok(outbound) = TcpStream::connect(target).await else {
+                            return;
+                        };
+                        let _ = inbound.set_nodelay(true);
+                        let _ = outbound.set_nodelay(true);
+                        let (ir, iw) = inbound.into_split();
+                        let (or, ow) = outbound.into_split();
+                        tokio::spawn(pipe(ir, ow, one_way));
+                        tokio::spawn(pipe(or, iw, one_way));
+                    });
+                }
+            });
+        })?;
+    rx.recv()
+        .map_err(|_| std::io::Error::other("proxy thread died"))?
+}
+
+/// Reads as data arrives, stamps it, and writes it `delay` later; EOF is forwarded the same way.
+async fn pipe(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    delay: Duration,
+) {
+    let (tx, mut rx) = mpsc::unbounded_channel::<(Instant, Option<Vec<u8>>)>();
+    tokio::spawn(async move {
+        loop {
+            let mut buf = vec![0u8; 64 * 1024];
+            match from.read(&mut buf).await {
+                Ok(0) | Err(_) => {
+                    let _ = tx.send((Instant::now() + delay, None));
+                    break;
+                }
+                Ok(n) => {
+                    buf.truncate(n);
+                    if tx.send((Instant::now() + delay, Some(buf))).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    while let Some((at, data)) = rx.recv().await {
+        tokio::time::sleep_until(at).await;
+        match data {
+            Some(data) => {
+                if to.write_all(&data).await.is_err() {
+                    break;
+                }
+            }
+            None => {
+                let _ = to.shutdown().await;
+                break;
+            }
+        }
+    }
+}

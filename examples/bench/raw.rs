@@ -1,0 +1,170 @@
+//! The floor: a raw russh client on one already-open, authenticated connection.
+//!
+//! Uses the same transport settings as the executor (AES-GCM first, 8 MiB window, TCP_NODELAY)
+//! so that the difference to the executor is the pool, the driver task and the wrapper.
+
+use std::{borrow::Cow, path::PathBuf, sync::Arc, time::Duration};
+
+use anyhow::{Context, bail};
+use russh::{
+    ChannelMsg, cipher,
+    client::{self, Handle},
+    keys::{PrivateKeyWithHashAlg, PublicKeyOrCertificate, load_secret_key},
+};
+
+/// Where and as whom to connect.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    pub key: PathBuf,
+    /// `ssh-ed25519 AAAA…`: the only host key accepted (pinned).
+    pub host_key: String,
+}
+
+pub struct Pinned {
+    expected: String,
+}
+
+impl client::Handler for Pinned {
+    type Error = russh::Error;
+
+    async fn check_server_key(
+        &mut self,
+        key: &PublicKeyOrCertificate,
+    ) -> Result<bool, Self::Error> {
+        let PublicKeyOrCertificate::PublicKey { key, .. } = key else {
+            return Ok(false);
+        };
+        let wire = key.to_openssh().unwrap_or_default();
+        let first_two = |s: &str| s.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+        Ok(first_two(&wire) == first_two(&self.expected))
+    }
+}
+
+pub type RawHandle = Handle<Pinned>;
+
+pub fn config() -> client::Config {
+    client::Config {
+        nodelay: true,
+        keepalive_interval: None,
+        inactivity_timeout: None,
+        preferred: russh::Preferred {
+            cipher: Cow::Borrowed(&[
+                cipher::AES_256_GCM,
+                cipher::AES_128_GCM,
+                cipher::CHACHA20_POLY1305,
+                cipher::AES_256_CTR,
+            ]),
+            ..Default::default()
+        },
+        window_size: 8 * 1024 * 1024,
+        ..Default::default()
+    }
+}
+
+/// Connects and authenticates. `nodelay = false` reproduces what the executor's
+/// `session::dial` does today: it opens its own `TcpStream` and passes it to
+/// `connect_stream`, which never applies `Config::nodelay`.
+pub async fn connect(target: &Target, nodelay: bool) -> anyhow::Result<RawHandle> {
+    let handler = Pinned {
+        expected: target.host_key.clone(),
+    };
+    let stream = tokio::net::TcpStream::connect((target.host.as_str(), target.port)).await?;
+    stream.set_nodelay(nodelay)?;
+    let mut handle = client::connect_stream(Arc::new(config()), stream, handler)
+        .await
+        .context("ssh handshake")?;
+    let key = load_secret_key(&target.key, None)?;
+    let auth = handle
+        .authenticate_publickey(
+            target.user.clone(),
+            PrivateKeyWithHashAlg::new(Arc::new(key), None),
+        )
+        .await?;
+    if !auth.success() {
+        bail!("public key authentication refused");
+    }
+    // The same warm-up the executor does: pays the post-auth delayed-ACK stall now.
+    tokio::time::timeout(Duration::from_secs(5), handle.send_ping()).await??;
+    Ok(handle)
+}
+
+/// open + exec + EOF + drain to CLOSE. Returns the exit status and the stdout byte count;
+/// `on_data` sees each stdout packet's length.
+pub async fn exec(
+    handle: &RawHandle,
+    command: &[u8],
+    mut on_data: impl FnMut(usize),
+) -> anyhow::Result<(Option<u32>, u64)> {
+    let mut channel = handle.channel_open_session().await?;
+    channel.exec(true, command).await?;
+    channel.eof().await?;
+    let mut status = None;
+    let mut bytes = 0u64;
+    while let Some(msg) = channel.wait().await {
+        match msg {
+            ChannelMsg::Data { data } => {
+                bytes += data.len() as u64;
+                on_data(data.len());
+            }
+            ChannelMsg::ExitStatus { exit_status } => status = Some(exit_status),
+            ChannelMsg::Close => break,
+            _ => {}
+        }
+    }
+    Ok((status, bytes))
+}
+
+/// The exec request the executor sends for `sh -c <command>` with no workdir and no env
+/// (mirrors `shell::wrapper` and `shell::WATCHDOG` as of this writing), so the floor can be
+/// measured with the same remote work.
+pub fn executor_like_wrapper(command: &str, watchdog: bool) -> Vec<u8> {
+    const WATCHDOG: &str = "\
+p=$PPID
+(exec </dev/null >/dev/null 2>&1
+ alive() { if [ -d /proc/1 ]; then [ -d /proc/$1 ]; else kill -0 $1; fi; }
+ while alive $$; do
+   alive $p || { kill -KILL -$$; exit 0; }
+   sleep 1
+ done) &
+";
+    let script = format!(
+        "printf '%s%s\\n' '@@swiftide-ssh:0123456789abcdef:' \"$$\" >&2 || exit 125\n\
+         {}exec sh -c {} </dev/null\n",
+        if watchdog { WATCHDOG } else { "" },
+        quote(command)
+    );
+    format!("exec /bin/sh -c {}", quote(&script)).into_bytes()
+}
+
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// An SFTP session on its own channel of `handle`.
+pub async fn sftp(handle: &RawHandle) -> anyhow::Result<russh_sftp::client::SftpSession> {
+    let channel = handle.channel_open_session().await?;
+    channel.request_subsystem(true, "sftp").await?;
+    Ok(russh_sftp::client::SftpSession::new(channel.into_stream()).await?)
+}
+
+/// The minimal write: open (create, truncate) + write + close, 3 round trips for small files.
+pub async fn sftp_write(
+    sftp: &russh_sftp::client::SftpSession,
+    path: &str,
+    content: &[u8],
+) -> anyhow::Result<()> {
+    use russh_sftp::protocol::OpenFlags;
+    use tokio::io::AsyncWriteExt;
+    let mut file = sftp
+        .open_with_flags(
+            path,
+            OpenFlags::CREATE | OpenFlags::TRUNCATE | OpenFlags::WRITE,
+        )
+        .await?;
+    file.write_all(content).await?;
+    file.shutdown().await?;
+    Ok(())
+}
