@@ -7,8 +7,9 @@
 //! caller's future only reads that queue, feeds the sink, and enforces the timeout.
 //!
 //! When the caller times out, or its future is dropped, the driver kills the remote process
-//! group from a second channel and keeps draining until the server closes the channel, so the
-//! slot is released cleanly. A command is sent at most once: nothing is retried after the
+//! group (a `K` on the command's control line, or from a second channel for commands whose
+//! stdin carries a large script body) and keeps draining until the server closes the channel,
+//! so the slot is released cleanly. A command is sent at most once: nothing is retried after the
 //! exec request has left.
 
 use std::{sync::Arc, time::Duration};
