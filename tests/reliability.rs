@@ -99,18 +99,18 @@ async fn client_death_kills_the_remote_group() {
 }
 
 #[tokio::test]
-async fn without_the_watchdog_sshd_leaves_the_group_running() {
+async fn without_kill_on_disconnect_sshd_leaves_the_group_running() {
     if let Ok(spec) = std::env::var(CHILD_ENV) {
         return run_as_child(&spec).await;
     }
-    // The control experiment for the test above: it shows that the watchdog, not sshd,
-    // does the killing.
+    // The control experiment for the test above: it shows that the command's supervisor,
+    // not sshd, does the killing.
     let tb = testbed();
     let t = token();
     let pattern = format!("^sleep 300.{t}");
     let mut client = spawn_client(
         &tb,
-        "without_the_watchdog_sshd_leaves_the_group_running",
+        "without_kill_on_disconnect_sshd_leaves_the_group_running",
         &format!("sleep 300.{t}"),
         false,
     );
