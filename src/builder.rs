@@ -321,9 +321,8 @@ impl SshExecutorBuilder {
 
     /// Maximum concurrent commands per connection. OpenSSH refuses more than `MaxSessions`
     /// (default 10) channels per connection and frees a slot only some time after a channel
-    /// closes; the executor also needs room for a kill channel (used only for commands with very large
-    /// script bodies) and one for
-    /// SFTP. Defaults to 8.
+    /// closes; the executor also needs room for the SFTP channel and for a kill channel (used
+    /// only for commands with very large script bodies). Defaults to 8.
     pub fn channels_per_connection(mut self, n: u32) -> Self {
         self.channels_per_connection = n;
         self
