@@ -240,6 +240,10 @@ impl SshExecutor {
         let counters = &self.inner.registry.counters;
         PoolStats {
             connections: sessions.iter().filter(|s| !s.is_dead()).count(),
+            retiring_connections: sessions
+                .iter()
+                .filter(|s| !s.is_dead() && s.is_retired())
+                .count(),
             slots: state.connections,
             idle_slots: state.idle_connections,
             busy_slots: state.connections.saturating_sub(state.idle_connections),
@@ -247,6 +251,7 @@ impl SshExecutor {
             dial_failures: counters.dial_failures.load(Ordering::Relaxed),
             connections_closed: counters.sessions_closed.load(Ordering::Relaxed),
             channel_open_retries: counters.channel_open_retries.load(Ordering::Relaxed),
+            connections_recycled: counters.sessions_recycled.load(Ordering::Relaxed),
             commands: counters.commands.load(Ordering::Relaxed),
             kills: counters.kills.load(Ordering::Relaxed),
             waits: state.statistics.get_waited,

@@ -191,3 +191,6 @@ pub use output::{Execution, ExitStatus, OutputChunk, OutputSink};
 pub use pool::PoolStats;
 pub use remote_fs::{DirEntry, FileMetadata, FileType};
 pub use ssh_config::{HostConfig, SshConfig, StrictHostKeyChecking};
+
+#[doc(hidden)]
+pub use shell::exec_request_for_benchmarks;

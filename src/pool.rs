@@ -29,6 +29,14 @@
 //! after the channel closes. The default of 8 slots per connection leaves room for the kill
 //! channel and the SFTP channel, and a refused open is retried with backoff (1 ms doubling to
 //! 50 ms, 10 tries) before the slot is discarded and the connection's capacity lowered.
+//!
+//! # Recycling
+//!
+//! Refused opens cost memory: russh 0.65 answers each one with a reply on the connection's
+//! handle that only authentication ever reads, about 0.5 KiB held until the connection
+//! closes. Under churn about one open in a hundred is refused, so a connection is retired
+//! after 128 refusals and a fresh one dialed when needed ([`PoolStats::connections_recycled`]);
+//! the soak test measured 100,000 commands staying within its memory bound this way.
 
 use std::{
     sync::{
@@ -51,6 +59,7 @@ pub(crate) struct Counters {
     pub(crate) dial_failures: AtomicU64,
     pub(crate) sessions_closed: AtomicU64,
     pub(crate) channel_open_retries: AtomicU64,
+    pub(crate) sessions_recycled: AtomicU64,
     pub(crate) commands: AtomicU64,
     pub(crate) kills: AtomicU64,
 }
@@ -304,13 +313,17 @@ pub(crate) async fn open_channel(
         {
             Ok(Ok(channel)) => return Ok(channel),
             Ok(Err(russh::Error::ChannelOpenFailure(_))) if attempt < ATTEMPTS => {
+                note_refused_open(session, counters);
                 counters
                     .channel_open_retries
                     .fetch_add(1, Ordering::Relaxed);
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_millis(50));
             }
-            Ok(Err(russh::Error::ChannelOpenFailure(_))) => break,
+            Ok(Err(russh::Error::ChannelOpenFailure(_))) => {
+                note_refused_open(session, counters);
+                break;
+            }
             Ok(Err(source)) => {
                 return Err(Error::Ssh {
                     host: config.host.clone(),
@@ -334,6 +347,12 @@ pub(crate) async fn open_channel(
         port: config.port,
         attempts: ATTEMPTS,
     })
+}
+
+fn note_refused_open(session: &Session, counters: &Counters) {
+    if session.note_refused_open() {
+        counters.sessions_recycled.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 impl Drop for Slot {
@@ -405,6 +424,9 @@ impl bb8::ErrorSink<Error> for LogSink {
 pub struct PoolStats {
     /// Open connections.
     pub connections: usize,
+    /// Open connections that take no new commands and close once their running commands
+    /// end: they reached the maximum lifetime, or are being recycled.
+    pub retiring_connections: usize,
     /// Channel slots placed on connections (busy plus idle).
     pub slots: u32,
     /// Slots idle in the pool.
@@ -419,6 +441,9 @@ pub struct PoolStats {
     pub connections_closed: u64,
     /// Channel opens the server refused and that were retried.
     pub channel_open_retries: u64,
+    /// Connections replaced after many refused channel opens (russh keeps about 0.5 KiB per
+    /// refusal until the connection closes).
+    pub connections_recycled: u64,
     /// Commands started.
     pub commands: u64,
     /// Remote process groups killed (timeouts and cancellations).

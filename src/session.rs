@@ -23,6 +23,10 @@ use crate::{
     jump::{self, HopChain},
 };
 
+/// Refused channel opens after which a connection is replaced (about 70 KiB of russh
+/// bookkeeping by then; see [`Session::note_refused_open`]).
+pub(crate) const REFUSALS_BEFORE_RECYCLE: u32 = 128;
+
 /// An authenticated connection shared by up to `capacity` commands at once.
 pub(crate) struct Session {
     pub(crate) handle: Handle<ClientHandler>,
@@ -36,6 +40,8 @@ pub(crate) struct Session {
     pub(crate) running: AtomicU32,
     /// How many slots this connection may carry; lowered when the server refuses channels.
     pub(crate) capacity: AtomicU32,
+    /// Channel opens the server refused on this connection (see [`Session::note_refused_open`]).
+    refused_opens: AtomicU32,
     /// The reusable SFTP channel, opened on first use.
     pub(crate) sftp: tokio::sync::Mutex<Option<Arc<crate::sftp::SftpChannel>>>,
     /// The jump-host connections this one runs through, kept alive until it disconnects
@@ -52,6 +58,7 @@ impl std::fmt::Debug for Session {
             .field("capacity", &self.capacity.load(Ordering::Relaxed))
             .field("dead", &self.is_dead())
             .field("retired", &self.retired.load(Ordering::Relaxed))
+            .field("refused_opens", &self.refused_opens.load(Ordering::Relaxed))
             .field("hops", &self.hops())
             .finish()
     }
@@ -80,6 +87,29 @@ impl Session {
 
     pub(crate) fn is_retired(&self) -> bool {
         self.retired.load(Ordering::Acquire)
+    }
+
+    /// Counts a channel open the server refused, and retires the connection after
+    /// [`REFUSALS_BEFORE_RECYCLE`] of them; true when this call retired it.
+    ///
+    /// Why: for every refusal russh 0.65 queues a reply on its handle that only the
+    /// authentication calls ever read (about 0.5 KiB, kept until the connection closes).
+    /// Refusals are routine, because sshd frees a session slot a little after the client sees
+    /// the channel close (about 1 open in 100 under churn), so a long-lived connection would
+    /// grow without bound. Replacing it after a hundred-odd refusals bounds that memory at the
+    /// cost of one handshake.
+    pub(crate) fn note_refused_open(&self) -> bool {
+        let refused = self.refused_opens.fetch_add(1, Ordering::AcqRel) + 1;
+        let recycle = refused == REFUSALS_BEFORE_RECYCLE;
+        if recycle {
+            tracing::debug!(
+                id = self.id,
+                refused,
+                "recycling the connection after refused channel opens"
+            );
+            self.retire();
+        }
+        recycle
     }
 
     /// Whether this session may take new commands, retiring it first if it is too old.
@@ -303,6 +333,7 @@ pub(crate) async fn dial(config: &Config, id: u64) -> Result<Session> {
         slots: AtomicU32::new(0),
         running: AtomicU32::new(0),
         capacity: AtomicU32::new(config.channels_per_connection),
+        refused_opens: AtomicU32::new(0),
         sftp: tokio::sync::Mutex::new(None),
         hops: std::sync::Mutex::new(hops),
     })

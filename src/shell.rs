@@ -296,6 +296,28 @@ pub(crate) fn wrapper(
     })
 }
 
+/// Not part of the API: the exec request the executor sends for a shell `command` with no
+/// workdir, no environment changes and the default kill grace (1 s). The benchmark harness
+/// sends it over a bare russh channel, so that the remote work is identical and the
+/// difference is the pool's own cost. The channel's stdin must stay open until the command
+/// ends (it is the supervisor's control line; EOF means "the client is gone").
+#[doc(hidden)]
+pub fn exec_request_for_benchmarks(command: &str, kill_on_disconnect: bool) -> Result<Vec<u8>> {
+    let supervision = Supervision {
+        kill_on_disconnect,
+        grace: std::time::Duration::from_secs(1),
+    };
+    let program = Program::Shell(command.to_owned());
+    let wrapped = wrapper(
+        &program,
+        None,
+        &EnvPlan::default(),
+        &marker_prefix(0),
+        supervision,
+    )?;
+    Ok(wrapped.request)
+}
+
 /// The supervisor: a background job in the command's process group, reading the channel's
 /// stdin (kept on fd 3 because a background job's stdin is otherwise `/dev/null`).
 ///

@@ -523,3 +523,61 @@ async fn a_connection_storm_on_a_cold_pool_meets_server_limits_without_failures(
         stats.dials
     );
 }
+
+/// Opens refused by the server (it frees a session slot a little after the client sees the
+/// channel close) make russh keep memory per refusal, so the pool replaces a connection after
+/// a hundred-odd refusals. With as many channels per connection as `MaxSessions`, refusals
+/// are frequent; commands keep succeeding across the replacement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_are_recycled_after_many_refused_channel_opens() {
+    let tb = Testbed::builder().max_sessions(10).start().unwrap();
+    let ex = builder(&tb)
+        .max_connections(1)
+        .channels_per_connection(10)
+        .build()
+        .await
+        .unwrap();
+    let limit = std::sync::Arc::new(tokio::sync::Semaphore::new(10));
+    let mut rounds = 0;
+    while ex.pool_stats().connections_recycled == 0 {
+        rounds += 1;
+        assert!(
+            rounds <= 20,
+            "no connection was recycled after {} refusals: {:?}",
+            ex.pool_stats().channel_open_retries,
+            ex.pool_stats()
+        );
+        let tasks: Vec<_> = (0..200)
+            .map(|_| {
+                let ex = ex.clone();
+                let limit = limit.clone();
+                tokio::spawn(async move {
+                    let _permit = limit.acquire_owned().await.unwrap();
+                    ex.run("echo x").await
+                })
+            })
+            .collect();
+        for task in tasks {
+            let out = task.await.unwrap().unwrap();
+            assert_eq!(out.stdout(), b"x\n");
+        }
+    }
+    let stats = ex.pool_stats();
+    eprintln!("figure: recycled after {rounds} rounds of 200 commands: {stats:?}");
+    assert!(stats.channel_open_retries >= 128, "{stats:?}");
+    assert!(
+        stats.dials >= 2,
+        "a new connection replaced the recycled one: {stats:?}"
+    );
+    // The recycled connection closes once its commands are done and its idle slots are
+    // checked out again; only one connection ever takes new work.
+    for _ in 0..40 {
+        ex.run("true").await.unwrap();
+    }
+    let stats = ex.pool_stats();
+    assert!(
+        stats.connections - stats.retiring_connections <= 1,
+        "{stats:?}"
+    );
+    assert!(stats.connections_closed >= 1, "{stats:?}");
+}

@@ -25,10 +25,8 @@ use crate::{
 enum Variant {
     Run,
     ExecCmd,
-    RunNoWatchdog,
     RawTrue,
     RawShTrue,
-    RawWrapperNoWatchdog,
     RawWrapper,
     RawNoNodelay,
 }
@@ -36,17 +34,12 @@ enum Variant {
 const VARIANTS: &[(Variant, &str)] = &[
     (Variant::Run, "ours SshExecutor::run(\"true\")"),
     (Variant::ExecCmd, "ours ToolExecutor::exec_cmd(true)"),
-    (
-        Variant::RunNoWatchdog,
-        "ours run, kill_on_disconnect(false)",
-    ),
     (Variant::RawTrue, "raw russh exec `true`"),
     (Variant::RawShTrue, "raw russh exec `exec /bin/sh -c true`"),
     (
-        Variant::RawWrapperNoWatchdog,
-        "raw russh exec <wrapper w/o watchdog>",
+        Variant::RawWrapper,
+        "raw russh exec <executor's exact request>",
     ),
-    (Variant::RawWrapper, "raw russh exec <executor wrapper>"),
     (Variant::RawNoNodelay, "raw russh `true`, TCP_NODELAY off"),
 ];
 
@@ -67,12 +60,10 @@ impl InProcess {
 
 async fn in_process(conn: &Conn, n: usize) -> anyhow::Result<InProcess> {
     let executor = conn.builder().build().await?;
-    let no_watchdog = conn.builder().kill_on_disconnect(false).build().await?;
     let target = conn.raw_target();
     let fast = raw::connect(&target, true).await?;
     let nagle = raw::connect(&target, false).await?;
-    let wrapper = raw::executor_like_wrapper("true", true);
-    let wrapper_plain = raw::executor_like_wrapper("true", false);
+    let wrapper = raw::executor_request("true", true)?;
     let true_cmd = SwiftideCommand::shell("true");
     let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); VARIANTS.len()];
     let mut done = 0;
@@ -87,15 +78,13 @@ async fn in_process(conn: &Conn, n: usize) -> anyhow::Result<InProcess> {
                 let ok = match variant {
                     Variant::Run => executor.run("true").await?.status.success(),
                     Variant::ExecCmd => executor.exec_cmd(&true_cmd).await.is_ok(),
-                    Variant::RunNoWatchdog => no_watchdog.run("true").await?.status.success(),
                     Variant::RawTrue => raw::exec(&fast, b"true", |_| {}).await?.0 == Some(0),
                     Variant::RawShTrue => {
                         raw::exec(&fast, b"exec /bin/sh -c true", |_| {}).await?.0 == Some(0)
                     }
-                    Variant::RawWrapperNoWatchdog => {
-                        raw::exec(&fast, &wrapper_plain, |_| {}).await?.0 == Some(0)
+                    Variant::RawWrapper => {
+                        raw::exec_supervised(&fast, &wrapper, |_| {}).await?.0 == Some(0)
                     }
-                    Variant::RawWrapper => raw::exec(&fast, &wrapper, |_| {}).await?.0 == Some(0),
                     Variant::RawNoNodelay => raw::exec(&nagle, b"true", |_| {}).await?.0 == Some(0),
                 };
                 let elapsed = t.elapsed();
@@ -113,7 +102,6 @@ async fn in_process(conn: &Conn, n: usize) -> anyhow::Result<InProcess> {
     }
     let retries = executor.pool_stats().channel_open_retries - retries_before;
     executor.close().await;
-    no_watchdog.close().await;
     Ok(InProcess {
         samples: VARIANTS
             .iter()
@@ -135,8 +123,6 @@ pub fn warm(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
     let exec_cmd = m.get(Variant::ExecCmd);
     let raw_true = m.get(Variant::RawTrue);
     let raw_wrapper = m.get(Variant::RawWrapper);
-    let no_watchdog = m.get(Variant::RunNoWatchdog);
-    let raw_plain = m.get(Variant::RawWrapperNoWatchdog);
 
     let cm = match &ctx.cm {
         Some(cm) => {
@@ -220,27 +206,11 @@ pub fn warm(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
     );
     let wrapper_ratio = run.median().as_secs_f64() / raw_wrapper.median().as_secs_f64();
     report.row(
-        "1 warm: `run` vs raw russh sending the same wrapper",
+        "1 warm: `run` vs raw russh sending the executor's exact request",
         run.short(),
-        format!("raw russh + wrapper {}", raw_wrapper.short()),
+        format!("raw russh + same request {}", raw_wrapper.short()),
         ratio(wrapper_ratio),
         "(diagnostic: pool + driver only)",
-        None,
-    );
-    report.row(
-        "1 warm: `run` with `kill_on_disconnect(false)` vs raw russh",
-        no_watchdog.short(),
-        format!(
-            "raw russh {}; raw + wrapper w/o watchdog {}",
-            raw_true.short(),
-            raw_plain.short()
-        ),
-        format!(
-            "{} / {}",
-            ratio(no_watchdog.median().as_secs_f64() / raw_true.median().as_secs_f64()),
-            ratio(no_watchdog.median().as_secs_f64() / raw_plain.median().as_secs_f64())
-        ),
-        "(diagnostic)",
         None,
     );
     let speedup = cold.median().as_secs_f64() / o;

@@ -143,10 +143,12 @@ async fn ours_batch(executor: &SshExecutor, total: usize, concurrency: usize) ->
 }
 
 /// The floor: raw russh, `conns` connections × `per_conn` channels in flight (the executor's
-/// default pool shape), retrying refused channel opens like the executor does.
+/// default pool shape), retrying refused channel opens like the executor does. `supervised`:
+/// `command` is an [`raw::executor_request`], whose stdin stays open.
 async fn raw_batch(
     target: &raw::Target,
     command: &[u8],
+    supervised: bool,
     total: usize,
     conns: usize,
     per_conn: usize,
@@ -180,7 +182,12 @@ async fn raw_batch(
                             let mut delay = Duration::from_millis(1);
                             let mut done = false;
                             for _ in 0..10 {
-                                match raw::exec(&handle, &command, |_| {}).await {
+                                let result = if supervised {
+                                    raw::exec_supervised(&handle, &command, |_| {}).await
+                                } else {
+                                    raw::exec(&handle, &command, |_| {}).await
+                                };
+                                match result {
                                     Ok((Some(0), _)) => {
                                         ok.fetch_add(1, Ordering::Relaxed);
                                         done = true;
@@ -314,31 +321,19 @@ pub fn throughput(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
             raised
         };
         if c == 64 {
-            let no_watchdog = ctx.rt.block_on(async {
-                let executor = ctx.builder().kill_on_disconnect(false).build().await?;
-                ours_batch(&executor, warm, c).await;
-                let b = ours_batch(&executor, total, c).await;
-                executor.close().await;
-                anyhow::Ok(b)
-            })?;
-            println!(
-                "    ours, kill_on_disconnect(false)       {}  {:.2} s, open retries {}; {}",
-                no_watchdog.text(),
-                no_watchdog.elapsed.as_secs_f64(),
-                no_watchdog.retries,
-                no_watchdog.cpu_text()
-            );
-            diagnostics.push(("ours, `kill_on_disconnect(false)`".to_owned(), no_watchdog));
             let target = ctx.conn.raw_target();
-            for (label, command) in [
-                ("`true`", b"true".to_vec()),
+            for (label, command, supervised) in [
+                ("`true`", b"true".to_vec(), false),
                 (
-                    "wrapper w/o watchdog",
-                    raw::executor_like_wrapper("true", false),
+                    "executor's request",
+                    raw::executor_request("true", true)?,
+                    true,
                 ),
-                ("executor wrapper", raw::executor_like_wrapper("true", true)),
             ] {
-                match ctx.rt.block_on(raw_batch(&target, &command, total, 4, 8)) {
+                match ctx
+                    .rt
+                    .block_on(raw_batch(&target, &command, supervised, total, 4, 8))
+                {
                     Ok(b) => {
                         println!(
                             "    floor: raw russh 4 conns × 8, {label:<20} {}  {:.2} s, open retries {}; {}",

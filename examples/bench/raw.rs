@@ -96,11 +96,32 @@ pub async fn connect(target: &Target, nodelay: bool) -> anyhow::Result<RawHandle
 pub async fn exec(
     handle: &RawHandle,
     command: &[u8],
+    on_data: impl FnMut(usize),
+) -> anyhow::Result<(Option<u32>, u64)> {
+    exec_and_drain(handle, command, true, on_data).await
+}
+
+/// Like [`exec`] for an [`executor_request`]: stdin stays open (the supervisor's control
+/// line) until the server closes the channel, as the executor does.
+pub async fn exec_supervised(
+    handle: &RawHandle,
+    command: &[u8],
+    on_data: impl FnMut(usize),
+) -> anyhow::Result<(Option<u32>, u64)> {
+    exec_and_drain(handle, command, false, on_data).await
+}
+
+async fn exec_and_drain(
+    handle: &RawHandle,
+    command: &[u8],
+    send_eof: bool,
     mut on_data: impl FnMut(usize),
 ) -> anyhow::Result<(Option<u32>, u64)> {
     let mut channel = handle.channel_open_session().await?;
     channel.exec(true, command).await?;
-    channel.eof().await?;
+    if send_eof {
+        channel.eof().await?;
+    }
     let mut status = None;
     let mut bytes = 0u64;
     while let Some(msg) = channel.wait().await {
@@ -117,30 +138,17 @@ pub async fn exec(
     Ok((status, bytes))
 }
 
-/// The exec request the executor sends for `sh -c <command>` with no workdir and no env
-/// (mirrors `shell::wrapper` and `shell::WATCHDOG` as of this writing), so the floor can be
-/// measured with the same remote work.
-pub fn executor_like_wrapper(command: &str, watchdog: bool) -> Vec<u8> {
-    const WATCHDOG: &str = "\
-p=$PPID
-(exec </dev/null >/dev/null 2>&1
- alive() { if [ -d /proc/1 ]; then [ -d /proc/$1 ]; else kill -0 $1; fi; }
- while alive $$; do
-   alive $p || { kill -KILL -$$; exit 0; }
-   sleep 1
- done) &
-";
-    let script = format!(
-        "printf '%s%s\\n' '@@swiftide-ssh:0123456789abcdef:' \"$$\" >&2 || exit 125\n\
-         {}exec sh -c {} </dev/null\n",
-        if watchdog { WATCHDOG } else { "" },
-        quote(command)
-    );
-    format!("exec /bin/sh -c {}", quote(&script)).into_bytes()
-}
-
-fn quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
+/// The exact exec request the executor sends for `sh -c <command>` with default settings
+/// (`supervisor_kills_on_disconnect` is `kill_on_disconnect`), so the floor is measured with
+/// the same remote work. Send it with [`exec_supervised`].
+pub fn executor_request(
+    command: &str,
+    supervisor_kills_on_disconnect: bool,
+) -> anyhow::Result<Vec<u8>> {
+    Ok(swiftide_ssh_executor::exec_request_for_benchmarks(
+        command,
+        supervisor_kills_on_disconnect,
+    )?)
 }
 
 /// An SFTP session on its own channel of `handle`.
