@@ -5,7 +5,10 @@
 
 use std::{path::Path, sync::Arc};
 
-use russh_sftp::protocol::{FileAttributes, OpenFlags, StatusCode};
+use russh_sftp::{
+    client::error::Error as SftpError,
+    protocol::{FileAttributes, OpenFlags, StatusCode},
+};
 
 use crate::{
     error::Result,
@@ -13,7 +16,7 @@ use crate::{
     executor::SshExecutor,
     file_error::{EISDIR, ELOOP},
     remote_fs::{FileMetadata, sftp_path},
-    sftp::{OpenHandle, SftpChannel, has_status},
+    sftp::{SftpChannel, has_status},
 };
 
 /// Symlinks followed before a write gives up, as Linux's `ELOOP` limit.
@@ -64,6 +67,24 @@ fn temp_name(target: &str, nonce: u64) -> String {
     format!("{dir}.{short}.swiftide-{nonce:016x}.tmp")
 }
 
+/// Opens the temporary file: new, and private (0600) while the content is incomplete; the
+/// final mode is set before the rename.
+const TEMP_FLAGS: OpenFlags = OpenFlags::WRITE
+    .union(OpenFlags::CREATE)
+    .union(OpenFlags::EXCLUDE);
+
+fn private_attrs() -> FileAttributes {
+    FileAttributes {
+        permissions: Some(0o600),
+        ..FileAttributes::empty()
+    }
+}
+
+/// Everything up to the last `/` (empty for a bare name).
+fn directory_of(path: &str) -> &str {
+    path.rfind('/').and_then(|at| path.get(..at)).unwrap_or("")
+}
+
 /// Resolves a symlink's target: absolute as is, relative against the link's directory.
 fn link_target(link: &str, target: &str) -> String {
     if target.starts_with('/') {
@@ -84,7 +105,24 @@ impl SshExecutor {
         content: &[u8],
     ) -> Result<()> {
         let text = sftp_path(path)?;
-        let target = match self.write_target(channel, text).await? {
+        // The first lstat of the target and the open of a temporary file next to it go out
+        // together, which saves a round trip whenever the target is a regular file or a new
+        // name (3 round trips in all for a small file). The guard is armed before the open is
+        // sent: if this future is dropped while the open is on its way, the removal is
+        // queued behind it.
+        let mut temp = TempFile {
+            channel: channel.clone(),
+            path: temp_name(text, rand::random()),
+            armed: true,
+        };
+        let (first_lstat, opened) = tokio::join!(
+            channel.lstat(text),
+            channel.open_handle(&temp.path, TEMP_FLAGS, private_attrs())
+        );
+        if opened.is_err() {
+            temp.armed = false;
+        }
+        let target = match self.write_target(channel, text, first_lstat).await? {
             Some(target) => target,
             // A link pointing to a name SFTP cannot carry: let the shell follow it.
             None => return exec_fallback::write_via_exec(self, path, content).await,
@@ -96,72 +134,63 @@ impl SshExecutor {
         {
             return Err(self.file_error("write", path, EISDIR));
         }
-        if target.existing.is_none()
-            && let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty())
-        {
-            // LocalExecutor ignores these errors too; the open below reports the real one.
-            let _ = self.mkdir_all(channel, parent).await;
+        let mut opened = opened;
+        if directory_of(&target.path) != directory_of(text) {
+            // A symlink into another directory: the temporary file must live next to the
+            // real target for the rename to be atomic. The speculative one is removed.
+            drop(opened);
+            drop(temp);
+            temp = TempFile {
+                channel: channel.clone(),
+                path: temp_name(&target.path, rand::random()),
+                armed: true,
+            };
+            opened = channel
+                .open_handle(&temp.path, TEMP_FLAGS, private_attrs())
+                .await;
         }
-        let temp = temp_name(&target.path, rand::random());
-        // Armed before the open is sent: if this future is dropped while the open is on its
-        // way, the removal is queued behind it.
-        let mut guard = TempFile {
-            channel: channel.clone(),
-            path: temp.clone(),
-            armed: true,
-        };
-        let flags = OpenFlags::WRITE | OpenFlags::CREATE | OpenFlags::EXCLUDE;
-        // 0600 while the content is incomplete; the final mode is set before the rename.
-        let private = FileAttributes {
-            permissions: Some(0o600),
-            ..FileAttributes::empty()
-        };
-        let file = match channel.open_handle(&temp, flags, private).await {
+        let file = match opened {
             Ok(file) => file,
+            Err(e) if has_status(&e, StatusCode::NoSuchFile) && target.existing.is_none() => {
+                // LocalExecutor creates missing parents and ignores errors doing so; the
+                // second open reports the real one.
+                if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                    let _ = self.mkdir_all(channel, parent).await;
+                }
+                temp.armed = true;
+                match channel
+                    .open_handle(&temp.path, TEMP_FLAGS, private_attrs())
+                    .await
+                {
+                    Ok(file) => file,
+                    Err(error) => {
+                        temp.armed = false;
+                        return Err(self.sftp_error("write", &target.path, error));
+                    }
+                }
+            }
             Err(e) if has_status(&e, StatusCode::PermissionDenied) && target.existing.is_some() => {
-                guard.armed = false;
+                temp.armed = false;
                 return self.write_in_place(channel, &target.path, content).await;
             }
             Err(error) => {
-                guard.armed = false;
+                temp.armed = false;
                 return Err(self.sftp_error("write", &target.path, error));
             }
         };
-        self.fill_temp(channel, file, &target, content).await?;
+        let existing = target.existing.as_ref();
+        let mode = existing.and_then(|a| a.permissions).unwrap_or(0o644);
+        let owner = existing.and_then(|a| a.uid.zip(a.gid));
         channel
-            .rename(&temp, &target.path)
+            .fill_and_close(file, content, mode, owner)
             .await
             .map_err(|e| self.sftp_error("write", &target.path, e))?;
-        guard.armed = false;
+        channel
+            .rename(&temp.path, &target.path)
+            .await
+            .map_err(|e| self.sftp_error("write", &target.path, e))?;
+        temp.armed = false;
         Ok(())
-    }
-
-    /// Writes the content, then the final mode (and owner), then closes.
-    async fn fill_temp(
-        &self,
-        channel: &Arc<SftpChannel>,
-        file: OpenHandle,
-        target: &WriteTarget,
-        content: &[u8],
-    ) -> Result<()> {
-        let fail = |e| self.sftp_error("write", &target.path, e);
-        let handle = file.handle.as_str();
-        if let Some((uid, gid)) = target.existing.as_ref().and_then(|a| a.uid.zip(a.gid)) {
-            // Before the chmod: a chown clears setuid/setgid bits.
-            channel.set_owner(handle, uid, gid).await;
-        }
-        let mode = target
-            .existing
-            .as_ref()
-            .and_then(|a| a.permissions)
-            .unwrap_or(0o644);
-        let (written, moded) = tokio::join!(
-            channel.write_all(handle, content),
-            channel.set_permissions(handle, mode)
-        );
-        written.map_err(fail)?;
-        moded.map_err(fail)?;
-        file.close().await.map_err(fail)
     }
 
     /// LocalExecutor's non-atomic write: truncate and write the existing file in place.
@@ -184,16 +213,22 @@ impl SshExecutor {
         file.close().await.map_err(fail)
     }
 
-    /// Follows symlinks from `path` to the file a write replaces. `None` when a link target
-    /// came back lossily decoded (not valid UTF-8).
+    /// Follows symlinks from `path` (whose lstat is `first_lstat`) to the file a write
+    /// replaces. `None` when a link target came back lossily decoded (not valid UTF-8).
     async fn write_target(
         &self,
         channel: &Arc<SftpChannel>,
         path: &str,
+        first_lstat: std::result::Result<FileAttributes, SftpError>,
     ) -> Result<Option<WriteTarget>> {
         let mut current = path.to_owned();
+        let mut first_lstat = Some(first_lstat);
         for _ in 0..MAX_SYMLINKS {
-            let attrs = match channel.lstat(&current).await {
+            let lstat = match first_lstat.take() {
+                Some(result) => result,
+                None => channel.lstat(&current).await,
+            };
+            let attrs = match lstat {
                 Ok(attrs) => attrs,
                 Err(e) if has_status(&e, StatusCode::NoSuchFile) => {
                     return Ok(Some(WriteTarget {

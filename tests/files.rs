@@ -236,6 +236,14 @@ async fn writes_keep_modes_follow_symlinks_and_create_parents() {
         "{text}"
     );
 
+    // The temporary file is opened together with the first lstat, before the target is
+    // known to be a directory: it must not be left behind (checked at the end).
+    let text = nonzero_text(
+        ex.exec_cmd(&Command::write_file(dir.join("real"), "x"))
+            .await,
+    );
+    assert!(text.ends_with("Is a directory (os error 21)"), "{text}");
+
     // The same through the exec path (a non-UTF-8 name).
     let odd = non_utf8(dir, b"mode\xff.sh");
     std::fs::write(&odd, "old").unwrap();
