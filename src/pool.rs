@@ -28,7 +28,9 @@
 //! OpenSSH allows `MaxSessions` (10) channels per connection and frees a slot some time
 //! after the channel closes. The default of 8 slots per connection leaves room for the kill
 //! channel and the SFTP channel, and a refused open is retried with backoff (1 ms doubling to
-//! 50 ms, 10 tries) before the slot is discarded and the connection's capacity lowered.
+//! 50 ms, 10 tries) before the slot is discarded and the connection's capacity lowered; new
+//! connections start with the lowered capacity too, so a server with a smaller `MaxSessions`
+//! costs refusals once per executor, not once per connection.
 //!
 //! # Recycling
 //!
@@ -41,7 +43,7 @@
 use std::{
     sync::{
         Arc, Mutex, MutexGuard,
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicU32, AtomicU64, Ordering},
     },
     time::Duration,
 };
@@ -71,6 +73,10 @@ pub(crate) struct Registry {
     dial_lock: tokio::sync::Mutex<()>,
     next_id: AtomicU64,
     last_dial_error: Mutex<Option<Arc<Error>>>,
+    /// Slots a new connection starts with: `channels_per_connection`, lowered for good once
+    /// the server has refused channels below it (so a recycled connection does not learn it
+    /// again through refusals).
+    learned_capacity: AtomicU32,
     pub(crate) counters: Counters,
 }
 
@@ -85,12 +91,13 @@ impl std::fmt::Debug for Registry {
 impl Registry {
     pub(crate) fn new(config: Arc<Config>) -> Self {
         Self {
-            config,
             sessions: Mutex::new(Vec::new()),
             dial_lock: tokio::sync::Mutex::new(()),
             next_id: AtomicU64::new(1),
             last_dial_error: Mutex::new(None),
+            learned_capacity: AtomicU32::new(config.channels_per_connection),
             counters: Counters::default(),
+            config,
         }
     }
 
@@ -187,7 +194,11 @@ impl Registry {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         self.counters.dials.fetch_add(1, Ordering::Relaxed);
         match session::dial(&self.config, id).await {
-            Ok(session) => Ok(Arc::new(session)),
+            Ok(session) => {
+                let learned = self.learned_capacity.load(Ordering::Acquire);
+                session.capacity.fetch_min(learned, Ordering::AcqRel);
+                Ok(Arc::new(session))
+            }
             Err(e) => {
                 self.counters.dial_failures.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(host = %self.config.host, port = self.config.port, error = %e,
@@ -287,6 +298,9 @@ impl Slot {
                         Ordering::AcqRel,
                         Ordering::Acquire,
                     );
+                    self.registry
+                        .learned_capacity
+                        .fetch_min(current - 1, Ordering::AcqRel);
                 }
                 self.mark_broken();
             }

@@ -581,3 +581,72 @@ async fn connections_are_recycled_after_many_refused_channel_opens() {
     );
     assert!(stats.connections_closed >= 1, "{stats:?}");
 }
+
+/// A server that allows fewer sessions than `channels_per_connection`: once its channels
+/// have been refused, the pool places at most that many commands per connection (the rest
+/// wait for a slot instead of being refused), and a replacement connection starts with the
+/// learned limit instead of learning it again through failures.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lower_server_session_limit_is_learned_and_kept_across_connections() {
+    let mut tb = Testbed::builder().max_sessions(2).start().unwrap();
+    let ex = builder(&tb)
+        .max_connections(1)
+        .channels_per_connection(4)
+        .build()
+        .await
+        .unwrap();
+    let run_concurrently = |count: usize, command: &'static str| {
+        let tasks: Vec<_> = (0..count)
+            .map(|_| {
+                let ex = ex.clone();
+                tokio::spawn(async move { ex.run(command).await })
+            })
+            .collect();
+        async move {
+            let mut results = Vec::new();
+            for task in tasks {
+                results.push(task.await.unwrap());
+            }
+            results
+        }
+    };
+
+    // Two long commands hold both server sessions; a third one is refused until the pool
+    // gives up on the slots beyond the server's limit.
+    let holders = run_concurrently(2, "sleep 1.5");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let refused = ex.run("true").await;
+    assert!(
+        matches!(refused, Err(Error::ChannelRefused { .. })),
+        "{refused:?}"
+    );
+    for result in holders.await {
+        assert!(result.unwrap().status.success());
+    }
+
+    // The limit is learned: four commands on the same connection now queue, two at a time.
+    let started = Instant::now();
+    for result in run_concurrently(4, "sleep 0.5").await {
+        assert!(result.unwrap().status.success());
+    }
+    assert!(
+        started.elapsed() >= Duration::from_millis(1000),
+        "ran more than 2 at once"
+    );
+
+    // A new connection (the old one dies with the server) starts with the learned limit.
+    // Without it, the two commands beyond the limit would each go through a full round of
+    // refused opens (9 retries) before waiting.
+    tb.restart().unwrap();
+    let retries_before = ex.pool_stats().channel_open_retries;
+    for result in run_concurrently(4, "sleep 1").await {
+        assert!(result.unwrap().status.success());
+    }
+    let stats = ex.pool_stats();
+    eprintln!("figure: learned session limit: {stats:?}");
+    assert!(stats.dials >= 2, "{stats:?}");
+    assert!(
+        stats.channel_open_retries - retries_before < 9,
+        "the new connection learned the limit again through refusals: {stats:?}"
+    );
+}
