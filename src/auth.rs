@@ -4,7 +4,7 @@ use std::{fmt, path::PathBuf, sync::Arc};
 
 use russh::{
     client::Handle,
-    keys::{PrivateKey, PrivateKeyWithHashAlg, agent::client::AgentClient},
+    keys::{Certificate, PrivateKey, PrivateKeyWithHashAlg, agent::client::AgentClient},
 };
 
 use crate::{
@@ -53,6 +53,16 @@ pub enum AuthMethod {
     },
     /// A private key already in memory.
     Key(Arc<PrivateKey>),
+    /// An OpenSSH user certificate (`ssh-keygen -s`) with its private key: the server trusts
+    /// the certificate's CA (`TrustedUserCAKeys`) instead of listing the key itself.
+    CertificateFile {
+        /// Path of the private key (a leading `~/` is expanded).
+        key: PathBuf,
+        /// Passphrase for an encrypted key.
+        passphrase: Option<Secret>,
+        /// Path of the certificate, usually `<key>-cert.pub`.
+        certificate: PathBuf,
+    },
     /// The identities of an ssh-agent, tried in the agent's order.
     Agent {
         /// The agent's socket; `None` means `$SSH_AUTH_SOCK`.
@@ -74,6 +84,16 @@ impl fmt::Debug for AuthMethod {
                 .debug_tuple("Key")
                 .field(&key.algorithm().as_str())
                 .finish(),
+            AuthMethod::CertificateFile {
+                key,
+                passphrase,
+                certificate,
+            } => f
+                .debug_struct("CertificateFile")
+                .field("key", key)
+                .field("passphrase", &passphrase.as_ref().map(|_| "***"))
+                .field("certificate", certificate)
+                .finish(),
             AuthMethod::Agent { socket } => {
                 f.debug_struct("Agent").field("socket", socket).finish()
             }
@@ -87,6 +107,9 @@ impl AuthMethod {
         match self {
             AuthMethod::KeyFile { path, .. } => format!("publickey ({})", path.display()),
             AuthMethod::Key(key) => format!("publickey (in-memory {})", key.algorithm().as_str()),
+            AuthMethod::CertificateFile { certificate, .. } => {
+                format!("certificate ({})", certificate.display())
+            }
             AuthMethod::Agent { socket: Some(s) } => format!("agent ({})", s.display()),
             AuthMethod::Agent { socket: None } => "agent ($SSH_AUTH_SOCK)".to_owned(),
             AuthMethod::Password(_) => "password".to_owned(),
@@ -129,6 +152,30 @@ async fn load_key_file(path: PathBuf, passphrase: Option<Secret>) -> Result<Priv
     })
 }
 
+/// Reads an OpenSSH certificate and checks that it certifies `key` (the server would only
+/// say "rejected").
+async fn load_certificate(path: PathBuf, key: &PrivateKey) -> Result<Certificate> {
+    let shown = path.clone();
+    let loaded = tokio::task::spawn_blocking(move || russh::keys::load_openssh_certificate(&path))
+        .await
+        .map_err(|e| Error::KeyFile {
+            path: shown.clone(),
+            reason: format!("certificate loading task failed: {e}"),
+        })?;
+    let certificate = loaded.map_err(|e| Error::KeyFile {
+        path: shown.clone(),
+        reason: format!("{e} (not an OpenSSH certificate)"),
+    })?;
+    if certificate.public_key() != key.public_key().key_data() {
+        return Err(Error::KeyFile {
+            path: shown,
+            reason: "the certificate is for a different key than the private key given with it"
+                .to_owned(),
+        });
+    }
+    Ok(certificate)
+}
+
 /// Context for error messages.
 pub(crate) struct Target<'a> {
     pub(crate) user: &'a str,
@@ -165,6 +212,18 @@ pub(crate) async fn authenticate(
                 publickey(handle, target, Arc::new(key)).await?
             }
             AuthMethod::Key(key) => publickey(handle, target, key.clone()).await?,
+            AuthMethod::CertificateFile {
+                key,
+                passphrase,
+                certificate,
+            } => {
+                let key = load_key_file(expand_home(key), passphrase.clone()).await?;
+                let certificate = load_certificate(expand_home(certificate), &key).await?;
+                handle
+                    .authenticate_openssh_cert(target.user, Arc::new(key), certificate)
+                    .await
+                    .map_err(|e| target.ssh_error(e))?
+            }
             AuthMethod::Password(password) => handle
                 .authenticate_password(target.user, password.expose())
                 .await

@@ -208,6 +208,38 @@ impl SshExecutorBuilder {
         self
     }
 
+    /// Adds an OpenSSH user certificate and its private key, for servers that trust a user
+    /// CA (`TrustedUserCAKeys`) rather than listing keys in `authorized_keys`. The
+    /// certificate must certify that key (checked before it is offered to the server).
+    pub fn certificate_file(
+        mut self,
+        key: impl Into<PathBuf>,
+        certificate: impl Into<PathBuf>,
+    ) -> Self {
+        self.auth.push(AuthMethod::CertificateFile {
+            key: key.into(),
+            passphrase: None,
+            certificate: certificate.into(),
+        });
+        self
+    }
+
+    /// Like [`certificate_file`](Self::certificate_file), for a key encrypted with
+    /// `passphrase` (never shown in `Debug` output or logs).
+    pub fn certificate_file_with_passphrase(
+        mut self,
+        key: impl Into<PathBuf>,
+        passphrase: impl Into<Secret>,
+        certificate: impl Into<PathBuf>,
+    ) -> Self {
+        self.auth.push(AuthMethod::CertificateFile {
+            key: key.into(),
+            passphrase: Some(passphrase.into()),
+            certificate: certificate.into(),
+        });
+        self
+    }
+
     /// Adds a private key held in memory.
     pub fn private_key(mut self, key: PrivateKey) -> Self {
         self.auth.push(AuthMethod::Key(Arc::new(key)));

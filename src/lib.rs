@@ -30,8 +30,9 @@
 //!
 //! # Authentication and host keys
 //!
-//! Key files (optionally encrypted), in-memory keys, ssh-agent and passwords, tried in the
-//! order added ([`AuthMethod`]). Secrets never appear in `Debug` output or logs.
+//! Key files (optionally encrypted), in-memory keys, OpenSSH user certificates
+//! ([`certificate_file`](SshExecutorBuilder::certificate_file)), ssh-agent and passwords,
+//! tried in the order added ([`AuthMethod`]). Secrets never appear in `Debug` output or logs.
 //!
 //! Host keys are verified against known_hosts by default ([`HostKeyPolicy::Strict`]):
 //! patterns, negation, `[host]:port`, hashed entries and `@revoked` are understood; a file that
