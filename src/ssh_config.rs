@@ -68,7 +68,7 @@ const DEFAULT_IDENTITIES: &[&str] = &["id_rsa", "id_ecdsa", "id_ed25519"];
 /// | `HostName` | the address to connect to; `%h` is the alias, `%%` a percent sign |
 /// | `User` | login user ([`user`](SshExecutorBuilder::user)) |
 /// | `Port` | [`port`](SshExecutorBuilder::port) |
-/// | `IdentityFile` | key files, tried in order; `~`, `${VAR}` and tokens expanded; missing files are skipped, as `ssh` does. Without any, `~/.ssh/id_rsa`, `id_ecdsa` and `id_ed25519` |
+/// | `IdentityFile` | key files, tried in order; `~`, `${VAR}` and tokens expanded; missing files are skipped, as `ssh` does. Without any, `~/.ssh/id_rsa`, `id_ecdsa` and `id_ed25519`. A `<file>-cert.pub` next to a key is offered first as its OpenSSH certificate, as `ssh` does (the `CertificateFile` keyword is not supported) |
 /// | `IdentitiesOnly` | `yes`: only the identity files; otherwise the ssh-agent (when `$SSH_AUTH_SOCK` names an existing socket) is tried first |
 /// | `ProxyJump` | comma-separated `[user@]host[:port]` or `ssh://` hops, or `none`; each hop is resolved through this file too (its `HostName`, `User`, keys, known hosts...) and the first hop's own `ProxyJump` is honoured, as `ssh` does |
 /// | `UserKnownHostsFile` | several files, `~`, `${VAR}` and tokens, or `none`; defaults to `~/.ssh/known_hosts ~/.ssh/known_hosts2` |
@@ -922,6 +922,27 @@ fn expand(
     Ok(out)
 }
 
+/// Whether `certificate` exists and certifies the key in `key` (whose public half is readable
+/// even when the key is encrypted). `ssh` skips a certificate that does not match, with a
+/// debug message, rather than failing the login; so does this.
+fn certifies(certificate: &Path, key: &Path) -> bool {
+    if !certificate.is_file() {
+        return false;
+    }
+    let certified = russh::keys::load_openssh_certificate(certificate).ok();
+    let public = russh::keys::PrivateKey::read_openssh_file(key)
+        .ok()
+        .map(|key| key.public_key().key_data().clone());
+    let matches = certified
+        .zip(public)
+        .is_some_and(|(c, k)| c.public_key() == &k);
+    if !matches {
+        tracing::debug!(certificate = %certificate.display(), key = %key.display(),
+            "certificate unreadable or for another key; skipped");
+    }
+    matches
+}
+
 /// `~` expansion, then tokens and `${VAR}`, as OpenSSH does for `IdentityFile` and
 /// `UserKnownHostsFile`.
 fn expand_path(raw: &str, tokens: &Tokens<'_>) -> std::result::Result<PathBuf, String> {
@@ -1053,7 +1074,9 @@ impl HostConfig {
         Ok(hop)
     }
 
-    /// The agent first (unless `IdentitiesOnly`), then the identity files that exist.
+    /// The agent first (unless `IdentitiesOnly`), then the identity files that exist; like
+    /// `ssh`, an identity with a `<file>-cert.pub` next to it is offered as that certificate
+    /// first, then as the plain key.
     fn auth_methods(&self) -> Vec<AuthMethod> {
         let agent = (!self.identities_only && agent_available())
             .then_some(AuthMethod::Agent { socket: None });
@@ -1069,9 +1092,20 @@ impl HostConfig {
                 }
                 exists
             })
-            .map(|path| AuthMethod::KeyFile {
-                path: path.clone(),
-                passphrase: None,
+            .flat_map(|path| {
+                let mut certificate = path.clone().into_os_string();
+                certificate.push("-cert.pub");
+                let certificate = PathBuf::from(certificate);
+                let with_certificate =
+                    certifies(&certificate, path).then(|| AuthMethod::CertificateFile {
+                        key: path.clone(),
+                        passphrase: None,
+                        certificate,
+                    });
+                with_certificate.into_iter().chain([AuthMethod::KeyFile {
+                    path: path.clone(),
+                    passphrase: None,
+                }])
             });
         agent.into_iter().chain(files).collect()
     }

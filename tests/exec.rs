@@ -673,64 +673,10 @@ async fn close_lets_running_commands_finish_then_disconnects() {
     drop(ex);
 }
 
-/// Runs `ssh-keygen` with `args`, failing the test with its output if it fails.
-fn ssh_keygen(args: &[&std::ffi::OsStr]) {
-    let out = std::process::Command::new("ssh-keygen")
-        .args(args)
-        .output()
-        .expect("ssh-keygen");
-    assert!(
-        out.status.success(),
-        "ssh-keygen {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Signs `key`'s public half with `ca` for `principal`; returns the certificate's path.
-fn certify(
-    ca: &std::path::Path,
-    key: &std::path::Path,
-    principal: &str,
-    name: &str,
-) -> std::path::PathBuf {
-    let dir = ca.parent().unwrap();
-    let public = dir.join(format!("{name}.pub"));
-    let derived = std::process::Command::new("ssh-keygen")
-        .arg("-y")
-        .arg("-f")
-        .arg(key)
-        .output()
-        .unwrap();
-    assert!(derived.status.success());
-    std::fs::write(&public, derived.stdout).unwrap();
-    ssh_keygen(&[
-        "-q".as_ref(),
-        "-s".as_ref(),
-        ca.as_os_str(),
-        "-I".as_ref(),
-        "swiftide-ssh-test".as_ref(),
-        "-n".as_ref(),
-        principal.as_ref(),
-        "-V".as_ref(),
-        "-5m:+1h".as_ref(),
-        public.as_os_str(),
-    ]);
-    dir.join(format!("{name}-cert.pub"))
-}
-
 #[tokio::test]
 async fn openssh_user_certificates_authenticate_through_the_servers_trusted_ca() {
     let ca_dir = tempfile::tempdir().unwrap();
-    let ca = ca_dir.path().join("user-ca");
-    ssh_keygen(&[
-        "-q".as_ref(),
-        "-t".as_ref(),
-        "ed25519".as_ref(),
-        "-N".as_ref(),
-        "".as_ref(),
-        "-f".as_ref(),
-        ca.as_os_str(),
-    ]);
+    let ca = common::user_ca(ca_dir.path());
     let tb = swiftide_ssh_testbed::Testbed::builder()
         .sshd_config_line(format!("TrustedUserCAKeys {}.pub", ca.display()))
         .start()
@@ -746,7 +692,7 @@ async fn openssh_user_certificates_authenticate_through_the_servers_trusted_ca()
             .build()
     };
 
-    let cert = certify(&ca, key, tb.user(), "for-user");
+    let cert = common::certify(&ca, key, tb.user(), "for-user");
     let ex = connect(SshExecutor::builder().certificate_file(key, &cert))
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", tb.sshd_log()));
@@ -760,7 +706,7 @@ async fn openssh_user_certificates_authenticate_through_the_servers_trusted_ca()
     assert!(matches!(err, Error::AuthRejected { .. }), "{err}");
 
     // A certificate for another principal is refused by the server, and the error names it.
-    let wrong_principal = certify(&ca, key, "somebody-else", "other-principal");
+    let wrong_principal = common::certify(&ca, key, "somebody-else", "other-principal");
     let err = connect(SshExecutor::builder().certificate_file(key, &wrong_principal))
         .await
         .unwrap_err();
@@ -770,7 +716,7 @@ async fn openssh_user_certificates_authenticate_through_the_servers_trusted_ca()
     }
 
     // A certificate of a different key is caught before anything is offered.
-    let foreign = certify(&ca, tb.private_key_path(), tb.user(), "other-key");
+    let foreign = common::certify(&ca, tb.private_key_path(), tb.user(), "other-key");
     let err = connect(SshExecutor::builder().certificate_file(key, &foreign))
         .await
         .unwrap_err();

@@ -929,3 +929,54 @@ async fn forwarding_failures_are_typed_and_name_the_jump_host() {
         "{err}"
     );
 }
+
+/// Like `ssh`, an `IdentityFile` with a `<file>-cert.pub` next to it is offered as that
+/// certificate (here the only way in: the key itself is not authorized), and a certificate
+/// for another key next to an identity is skipped instead of failing the login.
+#[tokio::test]
+async fn identity_files_pick_up_their_certificates_like_ssh() {
+    let home = TempDir::new().unwrap();
+    let ca = common::user_ca(home.path());
+    let tb = Testbed::builder()
+        .sshd_config_line(format!("TrustedUserCAKeys {}.pub", ca.display()))
+        .start()
+        .unwrap();
+    let ssh_dir = home.path().join(".ssh");
+    std::fs::create_dir_all(&ssh_dir).unwrap();
+    let copy_key = |from: &Path, name: &str| {
+        let to = ssh_dir.join(name);
+        std::fs::copy(from, &to).unwrap();
+        to
+    };
+    let certified = copy_key(tb.unauthorized_private_key_path(), "id_certified");
+    let issued = common::certify(&ca, &certified, tb.user(), "certified");
+    std::fs::rename(&issued, ssh_dir.join("id_certified-cert.pub")).unwrap();
+    let stale = copy_key(tb.private_key_path(), "id_stale");
+    let other = common::certify(&ca, &certified, tb.user(), "other");
+    std::fs::rename(&other, ssh_dir.join("id_stale-cert.pub")).unwrap();
+
+    for (alias, identity) in [("certified", &certified), ("stale", &stale)] {
+        let block = format!(
+            "Host {alias}\n  HostName {}\n  Port {}\n  User {}\n  IdentityFile {}\n  \
+             IdentitiesOnly yes\n  UserKnownHostsFile {}\n",
+            tb.host(),
+            tb.port(),
+            tb.user(),
+            identity.display(),
+            tb.known_hosts_path().display(),
+        );
+        let config = write(home.path(), &format!("config-{alias}"), &block);
+        let ex = SshExecutor::from_ssh_config_file(&config, alias)
+            .unwrap()
+            .build()
+            .await
+            .unwrap_or_else(|e| panic!("{alias}: {e}\n{}", tb.sshd_log()));
+        assert_eq!(
+            ex.run("echo ok").await.unwrap().stdout(),
+            b"ok\n",
+            "{alias}"
+        );
+    }
+    let log = tb.sshd_log();
+    assert_eq!(log.matches("ED25519-CERT").count(), 1, "{log}");
+}

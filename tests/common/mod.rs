@@ -69,3 +69,63 @@ pub async fn wait_until_gone(pattern: &str, limit: Duration) -> Vec<String> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Runs `ssh-keygen` with `args`, failing the test with its output if it fails.
+pub fn ssh_keygen(args: &[&std::ffi::OsStr]) {
+    let out = std::process::Command::new("ssh-keygen")
+        .args(args)
+        .output()
+        .expect("ssh-keygen");
+    assert!(
+        out.status.success(),
+        "ssh-keygen {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Signs `key`'s public half with `ca` for `principal`; returns the certificate's path.
+pub fn certify(
+    ca: &std::path::Path,
+    key: &std::path::Path,
+    principal: &str,
+    name: &str,
+) -> std::path::PathBuf {
+    let dir = ca.parent().unwrap();
+    let public = dir.join(format!("{name}.pub"));
+    let derived = std::process::Command::new("ssh-keygen")
+        .arg("-y")
+        .arg("-f")
+        .arg(key)
+        .output()
+        .unwrap();
+    assert!(derived.status.success());
+    std::fs::write(&public, derived.stdout).unwrap();
+    ssh_keygen(&[
+        "-q".as_ref(),
+        "-s".as_ref(),
+        ca.as_os_str(),
+        "-I".as_ref(),
+        "swiftide-ssh-test".as_ref(),
+        "-n".as_ref(),
+        principal.as_ref(),
+        "-V".as_ref(),
+        "-5m:+1h".as_ref(),
+        public.as_os_str(),
+    ]);
+    dir.join(format!("{name}-cert.pub"))
+}
+
+/// A new ed25519 user CA in `dir` (private key `dir/user-ca`, public `dir/user-ca.pub`).
+pub fn user_ca(dir: &std::path::Path) -> std::path::PathBuf {
+    let ca = dir.join("user-ca");
+    ssh_keygen(&[
+        "-q".as_ref(),
+        "-t".as_ref(),
+        "ed25519".as_ref(),
+        "-N".as_ref(),
+        "".as_ref(),
+        "-f".as_ref(),
+        ca.as_os_str(),
+    ]);
+    ca
+}
