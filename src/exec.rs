@@ -1,10 +1,14 @@
 //! Running one remote command: the driver task, the caller's read loop, and the kill.
 //!
 //! Each command gets a *driver* task that owns its pool slot and its channel for the whole
-//! life of the command. The driver drains the channel into an unbounded queue as fast as data
-//! arrives, because russh delivers every channel of a connection through one loop: a channel
-//! left unread would stall every other command on the connection, keepalives included. The
+//! life of the command. The driver drains the channel into a queue as fast as data arrives,
+//! because russh delivers every channel of a connection through one loop: a channel left
+//! unread would stall every other command on the connection, keepalives included. The
 //! caller's future only reads that queue, feeds the sink, and enforces the timeout.
+//!
+//! The queue holds at most [`OUTPUT_BUDGET`] bytes. A caller that falls that far behind (a
+//! slow sink, a starved runtime) makes the driver stop reading: the connection pauses until
+//! the caller catches up, rather than client memory growing with the output.
 //!
 //! When the caller times out, or its future is dropped, the driver kills the remote process
 //! group (a `K` on the command's control line, or from a second channel for commands whose
@@ -51,6 +55,37 @@ enum Event {
     Finished(Result<ExitStatus>),
 }
 
+/// Output bytes that may wait in a command's queue for the caller.
+pub(crate) const OUTPUT_BUDGET: usize = 16 * 1024 * 1024;
+
+/// What a chunk costs of [`OUTPUT_BUDGET`] (a chunk is one SSH packet, far below it).
+fn budget_cost(chunk: &OutputChunk) -> u32 {
+    u32::try_from(chunk.bytes().len().min(OUTPUT_BUDGET)).unwrap_or(u32::MAX)
+}
+
+/// Closes the budget when the caller's side goes away, so that a driver waiting for room
+/// carries on (and kills) instead of waiting forever.
+struct CloseBudgetOnDrop(Arc<tokio::sync::Semaphore>);
+
+impl Drop for CloseBudgetOnDrop {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
+/// Queues `chunk` for the caller once the budget has room; drops it when the caller is gone.
+async fn forward(
+    events: &mpsc::UnboundedSender<Event>,
+    budget: &tokio::sync::Semaphore,
+    chunk: OutputChunk,
+) {
+    match budget.acquire_many(budget_cost(&chunk)).await {
+        Ok(permit) => permit.forget(),
+        Err(_) => return,
+    }
+    let _ = events.send(Event::Output(chunk));
+}
+
 /// Runs `request`, streaming output to `sink`, and returns when the command has ended or the
 /// timeout has expired (after the kill and a bounded drain).
 ///
@@ -66,9 +101,12 @@ pub(crate) async fn execute(
     let started = std::time::Instant::now();
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let (kill_tx, kill_rx) = oneshot::channel::<()>();
+    let budget = Arc::new(tokio::sync::Semaphore::new(OUTPUT_BUDGET));
+    let _close_budget = CloseBudgetOnDrop(budget.clone());
     // The driver's events belong to the caller's command span.
     tokio::spawn(
-        drive(inner.clone(), request, events_tx, kill_rx).instrument(tracing::Span::current()),
+        drive(inner.clone(), request, events_tx, budget.clone(), kill_rx)
+            .instrument(tracing::Span::current()),
     );
 
     let mut kept = Retained::new(inner.config.max_output_bytes);
@@ -83,6 +121,7 @@ pub(crate) async fn execute(
         };
         match event {
             Some(Event::Output(chunk)) => {
+                budget.add_permits(budget_cost(&chunk) as usize);
                 sink(&chunk);
                 kept.push(chunk);
             }
@@ -103,6 +142,7 @@ pub(crate) async fn execute(
             loop {
                 match tokio::time::timeout_at(drain_until, events.recv()).await {
                     Ok(Some(Event::Output(chunk))) => {
+                        budget.add_permits(budget_cost(&chunk) as usize);
                         sink(&chunk);
                         kept.push(chunk);
                     }
@@ -150,9 +190,10 @@ async fn drive(
     inner: Arc<Inner>,
     request: ExecRequest,
     events: mpsc::UnboundedSender<Event>,
+    budget: Arc<tokio::sync::Semaphore>,
     mut kill: oneshot::Receiver<()>,
 ) {
-    let result = drive_command(&inner, request, &events, &mut kill).await;
+    let result = drive_command(&inner, request, &events, &budget, &mut kill).await;
     let _ = events.send(Event::Finished(result));
 }
 
@@ -160,16 +201,16 @@ async fn drive_command(
     inner: &Arc<Inner>,
     request: ExecRequest,
     events: &mpsc::UnboundedSender<Event>,
+    budget: &tokio::sync::Semaphore,
     kill: &mut oneshot::Receiver<()>,
 ) -> Result<ExitStatus> {
     let config = &inner.config;
     // Waiting for a slot is abortable: nothing has been sent yet.
-    let (mut slot, mut channel) = match acquire_channel(inner, kill).await? {
+    let (mut slot, mut channel, _running) = match acquire_channel(inner, kill).await? {
         Some(acquired) => acquired,
         None => return Ok(ExitStatus::Unknown),
     };
     tracing::trace!(session = slot.session.id, "channel open");
-    let _running = crate::session::Running::new(slot.session.clone());
     if !matches!(kill.try_recv(), Err(oneshot::error::TryRecvError::Empty)) {
         // Timed out or cancelled while the channel was opening: nothing has run.
         release_unused(channel, config.connect_timeout).await;
@@ -211,9 +252,6 @@ async fn drive_command(
     let mut status: Option<ExitStatus> = None;
     let mut replied = false;
     let mut closed = false;
-    let send = |chunk: OutputChunk| {
-        let _ = events.send(Event::Output(chunk));
-    };
 
     loop {
         let give_up = async {
@@ -231,13 +269,17 @@ async fn drive_command(
                     + config.connect_timeout);
             }
             message = channel.wait() => match message {
-                Some(russh::ChannelMsg::Data { data }) => send(OutputChunk::Stdout(data)),
+                Some(russh::ChannelMsg::Data { data }) => {
+                    forward(events, budget, OutputChunk::Stdout(data)).await;
+                }
                 Some(russh::ChannelMsg::ExtendedData { data, .. }) => {
                     let (found, parts) = marker.feed(data);
                     if found.is_some() {
                         pgid = found;
                     }
-                    parts.into_iter().for_each(|part| send(OutputChunk::Stderr(part)));
+                    for part in parts {
+                        forward(events, budget, OutputChunk::Stderr(part)).await;
+                    }
                 }
                 Some(russh::ChannelMsg::ExitStatus { exit_status }) => {
                     status = Some(ExitStatus::Code(exit_status));
@@ -292,10 +334,9 @@ async fn drive_command(
             }
         }
     }
-    marker
-        .give_up()
-        .into_iter()
-        .for_each(|part| send(OutputChunk::Stderr(part)));
+    for part in marker.give_up() {
+        forward(events, budget, OutputChunk::Stderr(part)).await;
+    }
     if kill_wanted && !kill_sent {
         tracing::warn!(host = %config.host, "command ended before its process group was known");
     }
@@ -342,12 +383,22 @@ type PooledSlot = bb8::PooledConnection<'static, pool::SlotManager>;
 /// Only the wait for a slot is abortable. The open itself runs to completion (it is bounded by
 /// the connect timeout and the retries): dropping `channel_open_session` halfway leaves a
 /// channel the server has opened and nobody closes, which holds one of its `MaxSessions`
-/// slots and russh memory for good. A connection that keeps refusing channels is left for
-/// another slot once; the exec request has not been sent, so this is safe.
+/// slots and russh memory for good. A connection that keeps refusing channels, or that was
+/// retired and closed while the open was on its way, is left for another slot once; the exec
+/// request has not been sent, so this is safe.
+///
+/// The command counts as running on its connection from the moment it holds the slot (the
+/// returned guard), so that retiring the connection does not close it under the open.
 async fn acquire_channel(
     inner: &Arc<Inner>,
     kill: &mut oneshot::Receiver<()>,
-) -> Result<Option<(PooledSlot, russh::Channel<russh::client::Msg>)>> {
+) -> Result<
+    Option<(
+        PooledSlot,
+        russh::Channel<russh::client::Msg>,
+        crate::session::Running,
+    )>,
+> {
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -356,9 +407,11 @@ async fn acquire_channel(
             _ = &mut *kill => return Ok(None),
             slot = inner.acquire_slot() => slot?,
         };
+        let running = crate::session::Running::new(slot.session.clone());
         match slot.open_channel().await {
-            Ok(channel) => return Ok(Some((slot, channel))),
+            Ok(channel) => return Ok(Some((slot, channel, running))),
             Err(Error::ChannelRefused { .. }) if attempt < 2 => continue,
+            Err(_) if attempt < 2 && slot.session.is_retired() => continue,
             Err(e) => return Err(e),
         }
     }

@@ -159,7 +159,10 @@ impl SshExecutor {
         Fut: Future<Output = Result<T>>,
     {
         let channel = self.sftp().await?;
+        // Counts as running, so that retiring the connection does not close it under `op`.
+        let running = channel.running();
         let result = op(channel.clone()).await;
+        drop(running);
         let transport_failure = matches!(&result, Err(Error::Sftp { status: None, .. }));
         if !transport_failure || !channel.is_broken() {
             return result;
@@ -169,7 +172,9 @@ impl SshExecutor {
             return result;
         }
         tracing::debug!(host = %self.inner.config.host, "sftp channel broke; retrying on a new one");
-        op(self.sftp().await?).await
+        let channel = self.sftp().await?;
+        let _running = channel.running();
+        op(channel).await
     }
 
     /// Reads a whole remote file. A relative `path` resolves against the workdir

@@ -339,9 +339,10 @@ pub(crate) async fn dial(config: &Config, id: u64) -> Result<Session> {
     })
 }
 
-/// Marks a command as running on a session for as long as it lives. When the last running
-/// command of a retired session ends (the executor was closed, or the connection reached its
-/// maximum lifetime), the connection is closed right away instead of waiting for the pool to
+/// Marks a command (from the moment it holds a slot, channel open included) or a file
+/// operation as running on a session for as long as it lives. When the last one of a retired
+/// session ends (the executor was closed, the connection reached its maximum lifetime or is
+/// being recycled), the connection is closed right away instead of waiting for the pool to
 /// reap its idle slots.
 #[derive(Debug)]
 pub(crate) struct Running(Arc<Session>);

@@ -270,6 +270,12 @@ impl SftpChannel {
         })
     }
 
+    /// Marks an operation as running on this channel's connection (see
+    /// [`Running`](crate::session::Running)); `None` when the connection is gone.
+    pub(crate) fn running(&self) -> Option<crate::session::Running> {
+        self.session.upgrade().map(crate::session::Running::new)
+    }
+
     /// The channel ended, or its connection did.
     pub(crate) fn is_broken(&self) -> bool {
         self.broken.load(Ordering::Acquire)

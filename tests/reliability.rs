@@ -565,16 +565,17 @@ async fn connections_are_recycled_after_many_refused_channel_opens() {
     let stats = ex.pool_stats();
     eprintln!("figure: recycled after {rounds} rounds of 200 commands: {stats:?}");
     assert!(stats.channel_open_retries >= 128, "{stats:?}");
-    assert!(
-        stats.dials >= 2,
-        "a new connection replaced the recycled one: {stats:?}"
-    );
-    // The recycled connection closes once its commands are done and its idle slots are
-    // checked out again; only one connection ever takes new work.
+    // The next commands go to a new connection (dialed when the first of them needs it); the
+    // recycled one closes once its commands are done and its idle slots are checked out
+    // again; only one connection ever takes new work.
     for _ in 0..40 {
         ex.run("true").await.unwrap();
     }
     let stats = ex.pool_stats();
+    assert!(
+        stats.dials >= 2,
+        "a new connection replaced the recycled one: {stats:?}"
+    );
     assert!(
         stats.connections - stats.retiring_connections <= 1,
         "{stats:?}"
@@ -648,5 +649,44 @@ async fn a_lower_server_session_limit_is_learned_and_kept_across_connections() {
     assert!(
         stats.channel_open_retries - retries_before < 9,
         "the new connection learned the limit again through refusals: {stats:?}"
+    );
+}
+
+/// A caller that reads output more slowly than the server sends it does not make client
+/// memory grow with the output: at most 16 MiB wait in the command's queue, then the
+/// connection pauses until the caller catches up. Everything still arrives, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_caller_bounds_the_queued_output() {
+    let tb = testbed();
+    let ex = builder(&tb)
+        .max_output_bytes(Some(1 << 20))
+        .build()
+        .await
+        .unwrap();
+    let total: u64 = 128 << 20;
+    let rss_before = rss_kib();
+    let mut streamed = 0u64;
+    let mut peak = 0u64;
+    let out = ex
+        .execute(
+            &format!("head -c {total} /dev/zero"),
+            swiftide_ssh_executor::ExecOptions::default(),
+            &mut |c| {
+                streamed += c.bytes().len() as u64;
+                // A slow sink: 1 ms per packet (~32 MiB/s), a tenth of the server's pace.
+                std::thread::sleep(Duration::from_millis(1));
+                if streamed % (4 << 20) < c.bytes().len() as u64 {
+                    peak = peak.max(rss_kib().saturating_sub(rss_before));
+                }
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(streamed, total);
+    assert_eq!(out.status, ExitStatus::Code(0));
+    eprintln!("figure: 128 MiB read by a slow caller, peak client RSS growth {peak} KiB");
+    assert!(
+        peak < 48 * 1024,
+        "client memory grew by {peak} KiB while the caller lagged"
     );
 }
