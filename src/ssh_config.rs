@@ -68,7 +68,8 @@ const DEFAULT_IDENTITIES: &[&str] = &["id_rsa", "id_ecdsa", "id_ed25519"];
 /// | `HostName` | the address to connect to; `%h` is the alias, `%%` a percent sign |
 /// | `User` | login user ([`user`](SshExecutorBuilder::user)) |
 /// | `Port` | [`port`](SshExecutorBuilder::port) |
-/// | `IdentityFile` | key files, tried in order; `~`, `${VAR}` and tokens expanded; missing files are skipped, as `ssh` does. Without any, `~/.ssh/id_rsa`, `id_ecdsa` and `id_ed25519`. A `<file>-cert.pub` next to a key is offered first as its OpenSSH certificate, as `ssh` does (the `CertificateFile` keyword is not supported) |
+/// | `IdentityFile` | key files, tried in order; `~`, `${VAR}` and tokens expanded; missing files are skipped, as `ssh` does. Without any, `~/.ssh/id_rsa`, `id_ecdsa` and `id_ed25519`. A `<file>-cert.pub` next to a key is offered first as its OpenSSH certificate, as `ssh` does |
+/// | `CertificateFile` | OpenSSH user certificates (accumulate like `IdentityFile`, same expansion); each is offered with the identity file it certifies, before that key alone; one that certifies none is skipped |
 /// | `IdentitiesOnly` | `yes`: only the identity files; otherwise the ssh-agent (when `$SSH_AUTH_SOCK` names an existing socket) is tried first |
 /// | `ProxyJump` | comma-separated `[user@]host[:port]` or `ssh://` hops, or `none`; each hop is resolved through this file too (its `HostName`, `User`, keys, known hosts...) and the first hop's own `ProxyJump` is honoured, as `ssh` does |
 /// | `UserKnownHostsFile` | several files, `~`, `${VAR}` and tokens, or `none`; defaults to `~/.ssh/known_hosts ~/.ssh/known_hosts2` |
@@ -86,7 +87,7 @@ const DEFAULT_IDENTITIES: &[&str] = &["id_rsa", "id_ecdsa", "id_ed25519"];
 ///
 /// **Ignored:** `Match` blocks (their lines never apply), the system-wide
 /// `/etc/ssh/ssh_config`, and every other keyword (`ForwardAgent`, `Ciphers`,
-/// `HostKeyAlias`, `CertificateFile`, `ControlMaster`, ...). The ignored lines that apply to
+/// `HostKeyAlias`, `ControlMaster`, ...). The ignored lines that apply to
 /// a host are listed in [`HostConfig::ignored`]. Encrypted identity files need the agent or
 /// an explicit [`private_key_file_with_passphrase`](SshExecutorBuilder::private_key_file_with_passphrase):
 /// there is no prompt.
@@ -113,6 +114,9 @@ pub struct HostConfig {
     /// The `IdentityFile`s, expanded, in order; OpenSSH's defaults when none is configured.
     /// Files that do not exist are listed but skipped when connecting.
     pub identity_files: Vec<PathBuf>,
+    /// The `CertificateFile`s, expanded, in order. Each is offered with the identity it
+    /// certifies (before that key alone); one that certifies none is skipped.
+    pub certificate_files: Vec<PathBuf>,
     /// `IdentitiesOnly`, or `false`.
     pub identities_only: bool,
     /// The `ProxyJump` hops, each resolved through the file, client side first; empty for a
@@ -212,6 +216,7 @@ enum Setting {
     User(String),
     Port(u16),
     IdentityFile(String),
+    CertificateFile(String),
     IdentitiesOnly(bool),
     /// Empty for `none`.
     ProxyJump(Vec<JumpSpec>),
@@ -434,6 +439,11 @@ impl SshConfig {
         Ok(HostConfig {
             alias: alias.to_owned(),
             identity_files: self.identity_files(&applied, &tokens)?,
+            certificate_files: applied
+                .certificate_files
+                .iter()
+                .map(|(raw, origin)| expand_path(raw, &tokens).map_err(|e| origin.error(e)))
+                .collect::<Result<_>>()?,
             user_known_hosts_files: self.user_known_hosts(&applied, &tokens)?,
             global_known_hosts_files: self.global_known_hosts(&applied)?,
             host_name,
@@ -569,6 +579,7 @@ struct Applied<'a> {
     user: Option<&'a str>,
     port: Option<u16>,
     identity_files: Vec<(&'a str, &'a Origin)>,
+    certificate_files: Vec<(&'a str, &'a Origin)>,
     identities_only: Option<bool>,
     proxy: Option<Proxy<'a>>,
     user_known_hosts: Option<(&'a [String], &'a Origin)>,
@@ -590,6 +601,11 @@ impl<'a> Applied<'a> {
             Setting::IdentityFile(v) => {
                 if !self.identity_files.iter().any(|(f, _)| f == v) {
                     self.identity_files.push((v.as_str(), origin));
+                }
+            }
+            Setting::CertificateFile(v) => {
+                if !self.certificate_files.iter().any(|(f, _)| f == v) {
+                    self.certificate_files.push((v.as_str(), origin));
                 }
             }
             Setting::IdentitiesOnly(v) => first(&mut self.identities_only, *v),
@@ -628,6 +644,7 @@ impl Setting {
             "user" => Setting::User(single(&keyword, args)?),
             "port" => Setting::Port(parse_port(&single(&keyword, args)?)?),
             "identityfile" => Setting::IdentityFile(single(&keyword, args)?),
+            "certificatefile" => Setting::CertificateFile(single(&keyword, args)?),
             "identitiesonly" => Setting::IdentitiesOnly(parse_flag(&single(&keyword, args)?)?),
             "proxyjump" => Setting::ProxyJump(parse_proxy_jump(&single(&keyword, args)?)?),
             "proxycommand" => Setting::ProxyCommand(parse_proxy_command(&keyword, args)?),
@@ -1075,8 +1092,8 @@ impl HostConfig {
     }
 
     /// The agent first (unless `IdentitiesOnly`), then the identity files that exist; like
-    /// `ssh`, an identity with a `<file>-cert.pub` next to it is offered as that certificate
-    /// first, then as the plain key.
+    /// `ssh`, each identity is offered first with the certificates that certify it (from
+    /// `CertificateFile`, then `<file>-cert.pub`), then as the plain key.
     fn auth_methods(&self) -> Vec<AuthMethod> {
         let agent = (!self.identities_only && agent_available())
             .then_some(AuthMethod::Agent { socket: None });
@@ -1093,16 +1110,21 @@ impl HostConfig {
                 exists
             })
             .flat_map(|path| {
-                let mut certificate = path.clone().into_os_string();
-                certificate.push("-cert.pub");
-                let certificate = PathBuf::from(certificate);
-                let with_certificate =
-                    certifies(&certificate, path).then(|| AuthMethod::CertificateFile {
+                let mut conventional = path.clone().into_os_string();
+                conventional.push("-cert.pub");
+                let certificates: Vec<AuthMethod> = self
+                    .certificate_files
+                    .iter()
+                    .cloned()
+                    .chain([PathBuf::from(conventional)])
+                    .filter(|certificate| certifies(certificate, path))
+                    .map(|certificate| AuthMethod::CertificateFile {
                         key: path.clone(),
                         passphrase: None,
                         certificate,
-                    });
-                with_certificate.into_iter().chain([AuthMethod::KeyFile {
+                    })
+                    .collect();
+                certificates.into_iter().chain([AuthMethod::KeyFile {
                     path: path.clone(),
                     passphrase: None,
                 }])

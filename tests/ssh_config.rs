@@ -930,9 +930,10 @@ async fn forwarding_failures_are_typed_and_name_the_jump_host() {
     );
 }
 
-/// Like `ssh`, an `IdentityFile` with a `<file>-cert.pub` next to it is offered as that
-/// certificate (here the only way in: the key itself is not authorized), and a certificate
-/// for another key next to an identity is skipped instead of failing the login.
+/// Like `ssh`, an `IdentityFile` with a `<file>-cert.pub` next to it, or with a matching
+/// `CertificateFile`, is offered as that certificate (here the only way in: the key itself is
+/// not authorized), and a certificate for another key is skipped instead of failing the
+/// login.
 #[tokio::test]
 async fn identity_files_pick_up_their_certificates_like_ssh() {
     let home = TempDir::new().unwrap();
@@ -954,11 +955,28 @@ async fn identity_files_pick_up_their_certificates_like_ssh() {
     let stale = copy_key(tb.private_key_path(), "id_stale");
     let other = common::certify(&ca, &certified, tb.user(), "other");
     std::fs::rename(&other, ssh_dir.join("id_stale-cert.pub")).unwrap();
+    // `CertificateFile` names a certificate kept elsewhere; it is paired with the identity it
+    // certifies, and one for another key (`other`) is skipped.
+    let explicit = copy_key(tb.unauthorized_private_key_path(), "id_explicit");
+    let issued = common::certify(&ca, &explicit, tb.user(), "explicit");
+    let kept_elsewhere = home.path().join("issued/explicit.cert");
+    std::fs::create_dir_all(kept_elsewhere.parent().unwrap()).unwrap();
+    std::fs::rename(&issued, &kept_elsewhere).unwrap();
+    let unrelated = common::certify(&ca, tb.private_key_path(), tb.user(), "unrelated");
+    let certificate_lines = format!(
+        "  CertificateFile {}\n  CertificateFile {}\n",
+        unrelated.display(),
+        kept_elsewhere.display()
+    );
 
-    for (alias, identity) in [("certified", &certified), ("stale", &stale)] {
+    for (alias, identity, extra) in [
+        ("certified", &certified, String::new()),
+        ("stale", &stale, String::new()),
+        ("explicit", &explicit, certificate_lines),
+    ] {
         let block = format!(
             "Host {alias}\n  HostName {}\n  Port {}\n  User {}\n  IdentityFile {}\n  \
-             IdentitiesOnly yes\n  UserKnownHostsFile {}\n",
+             IdentitiesOnly yes\n  UserKnownHostsFile {}\n{extra}",
             tb.host(),
             tb.port(),
             tb.user(),
@@ -978,5 +996,5 @@ async fn identity_files_pick_up_their_certificates_like_ssh() {
         );
     }
     let log = tb.sshd_log();
-    assert_eq!(log.matches("ED25519-CERT").count(), 1, "{log}");
+    assert_eq!(log.matches("ED25519-CERT").count(), 2, "{log}");
 }
