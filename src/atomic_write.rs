@@ -16,7 +16,7 @@ use crate::{
     executor::SshExecutor,
     file_error::{EISDIR, ELOOP},
     remote_fs::{FileMetadata, sftp_path},
-    sftp::{SftpChannel, has_status},
+    sftp::{OpenHandle, SftpChannel, has_status},
 };
 
 /// Symlinks followed before a write gives up, as Linux's `ELOOP` limit.
@@ -35,6 +35,28 @@ struct TempFile {
     channel: Arc<SftpChannel>,
     path: String,
     armed: bool,
+}
+
+impl TempFile {
+    /// A new temporary name next to `target`, armed: removed when dropped unless disarmed.
+    fn next_to(channel: &Arc<SftpChannel>, target: &str) -> Self {
+        TempFile {
+            channel: channel.clone(),
+            path: temp_name(target, rand::random()),
+            armed: true,
+        }
+    }
+
+    /// Creates the file: new, and private (0600) while the content is incomplete; the final
+    /// mode is set before the rename.
+    async fn open(&self) -> std::result::Result<OpenHandle, SftpError> {
+        let flags = OpenFlags::WRITE | OpenFlags::CREATE | OpenFlags::EXCLUDE;
+        let private = FileAttributes {
+            permissions: Some(0o600),
+            ..FileAttributes::empty()
+        };
+        self.channel.open_handle(&self.path, flags, private).await
+    }
 }
 
 impl Drop for TempFile {
@@ -67,19 +89,6 @@ fn temp_name(target: &str, nonce: u64) -> String {
     format!("{dir}.{short}.swiftide-{nonce:016x}.tmp")
 }
 
-/// Opens the temporary file: new, and private (0600) while the content is incomplete; the
-/// final mode is set before the rename.
-const TEMP_FLAGS: OpenFlags = OpenFlags::WRITE
-    .union(OpenFlags::CREATE)
-    .union(OpenFlags::EXCLUDE);
-
-fn private_attrs() -> FileAttributes {
-    FileAttributes {
-        permissions: Some(0o600),
-        ..FileAttributes::empty()
-    }
-}
-
 /// Everything up to the last `/` (empty for a bare name).
 fn directory_of(path: &str) -> &str {
     path.rfind('/').and_then(|at| path.get(..at)).unwrap_or("")
@@ -110,15 +119,8 @@ impl SshExecutor {
         // name (3 round trips in all for a small file). The guard is armed before the open is
         // sent: if this future is dropped while the open is on its way, the removal is
         // queued behind it.
-        let mut temp = TempFile {
-            channel: channel.clone(),
-            path: temp_name(text, rand::random()),
-            armed: true,
-        };
-        let (first_lstat, opened) = tokio::join!(
-            channel.lstat(text),
-            channel.open_handle(&temp.path, TEMP_FLAGS, private_attrs())
-        );
+        let mut temp = TempFile::next_to(channel, text);
+        let (first_lstat, mut opened) = tokio::join!(channel.lstat(text), temp.open());
         if opened.is_err() {
             temp.armed = false;
         }
@@ -134,20 +136,13 @@ impl SshExecutor {
         {
             return Err(self.file_error("write", path, EISDIR));
         }
-        let mut opened = opened;
         if directory_of(&target.path) != directory_of(text) {
             // A symlink into another directory: the temporary file must live next to the
             // real target for the rename to be atomic. The speculative one is removed.
             drop(opened);
             drop(temp);
-            temp = TempFile {
-                channel: channel.clone(),
-                path: temp_name(&target.path, rand::random()),
-                armed: true,
-            };
-            opened = channel
-                .open_handle(&temp.path, TEMP_FLAGS, private_attrs())
-                .await;
+            temp = TempFile::next_to(channel, &target.path);
+            opened = temp.open().await;
         }
         let file = match opened {
             Ok(file) => file,
@@ -158,10 +153,7 @@ impl SshExecutor {
                     let _ = self.mkdir_all(channel, parent).await;
                 }
                 temp.armed = true;
-                match channel
-                    .open_handle(&temp.path, TEMP_FLAGS, private_attrs())
-                    .await
-                {
+                match temp.open().await {
                     Ok(file) => file,
                     Err(error) => {
                         temp.armed = false;

@@ -439,11 +439,7 @@ impl SshConfig {
         Ok(HostConfig {
             alias: alias.to_owned(),
             identity_files: self.identity_files(&applied, &tokens)?,
-            certificate_files: applied
-                .certificate_files
-                .iter()
-                .map(|(raw, origin)| expand_path(raw, &tokens).map_err(|e| origin.error(e)))
-                .collect::<Result<_>>()?,
+            certificate_files: expand_all(&applied.certificate_files, &tokens)?,
             user_known_hosts_files: self.user_known_hosts(&applied, &tokens)?,
             global_known_hosts_files: self.global_known_hosts(&applied)?,
             host_name,
@@ -524,11 +520,7 @@ impl SshConfig {
             let ssh_dir = home.join(".ssh");
             return Ok(DEFAULT_IDENTITIES.iter().map(|f| ssh_dir.join(f)).collect());
         }
-        applied
-            .identity_files
-            .iter()
-            .map(|(raw, origin)| expand_path(raw, tokens).map_err(|e| origin.error(e)))
-            .collect()
+        expand_all(&applied.identity_files, tokens)
     }
 
     fn user_known_hosts(&self, applied: &Applied<'_>, tokens: &Tokens<'_>) -> Result<Vec<PathBuf>> {
@@ -937,6 +929,14 @@ fn expand(
         }
     }
     Ok(out)
+}
+
+/// [`expand_path`] for each file of an accumulating keyword, errors naming its line.
+fn expand_all(files: &[(&str, &Origin)], tokens: &Tokens<'_>) -> Result<Vec<PathBuf>> {
+    files
+        .iter()
+        .map(|(raw, origin)| expand_path(raw, tokens).map_err(|e| origin.error(e)))
+        .collect()
 }
 
 /// Whether `certificate` exists and certifies the key in `key` (whose public half is readable
