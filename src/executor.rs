@@ -2,30 +2,18 @@
 
 use std::{
     path::{Path, PathBuf},
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
+    sync::{Arc, atomic::Ordering},
     time::Duration,
 };
 
 use tracing::Instrument;
 
 use crate::{
-    builder::{Config, SshExecutorBuilder},
-    error::{Error, Phase, Result},
-    exec::{self, ExecRequest},
-    output::{Execution, OutputSink},
-    pool::{LogSink, PoolStats, Registry, SlotManager},
-    shell::{self, Program},
+    command::{self, ExecRequest, Execution, OutputSink, Program, Supervision},
+    config::Config,
+    error::{Error, Result},
+    pool::{Pool, PoolStats},
 };
-
-pub(crate) struct Inner {
-    pub(crate) config: Arc<Config>,
-    pub(crate) registry: Arc<Registry>,
-    pub(crate) pool: bb8::Pool<SlotManager>,
-    closed: AtomicBool,
-}
 
 /// Runs commands and file operations on one remote host over pooled SSH connections.
 ///
@@ -37,7 +25,7 @@ pub(crate) struct Inner {
 /// running keep their connection until they end.
 #[derive(Clone)]
 pub struct SshExecutor {
-    pub(crate) inner: Arc<Inner>,
+    pub(crate) inner: Arc<Pool>,
 }
 
 impl std::fmt::Debug for SshExecutor {
@@ -77,45 +65,15 @@ impl ExecOptions {
 }
 
 impl SshExecutor {
-    /// Starts a builder.
-    pub fn builder() -> SshExecutorBuilder {
-        SshExecutorBuilder::default()
-    }
-
     pub(crate) fn from_config(config: Config) -> Result<Self> {
-        // bb8 spawns its reaper on the current runtime.
-        if tokio::runtime::Handle::try_current().is_err() {
-            return Err(Error::Config {
-                reason: "an SshExecutor must be built inside a tokio runtime".to_owned(),
-            });
-        }
-        let config = Arc::new(config);
-        let registry = Arc::new(Registry::new(config.clone()));
-        let pool = bb8::Pool::builder()
-            .max_size(config.max_connections * config.channels_per_connection)
-            .min_idle(None)
-            .test_on_check_out(true)
-            .idle_timeout(config.idle_timeout)
-            // Connection lifetime is enforced per connection by the registry, not per slot.
-            .max_lifetime(None)
-            .connection_timeout(config.pool_wait_timeout)
-            .error_sink(Box::new(LogSink))
-            .build_unchecked(SlotManager {
-                registry: registry.clone(),
-            });
         Ok(SshExecutor {
-            inner: Arc::new(Inner {
-                config,
-                registry,
-                pool,
-                closed: AtomicBool::new(false),
-            }),
+            inner: Arc::new(Pool::new(config)?),
         })
     }
 
     /// Opens a connection now unless one exists.
     pub(crate) async fn warm_up(&self) -> Result<()> {
-        self.inner.registry.dial_if_needed(0).await
+        self.inner.warm_up().await
     }
 
     /// The configured host.
@@ -198,14 +156,15 @@ impl SshExecutor {
             return Err(Error::Closed);
         }
         let program = Program::parse(command);
-        let marker = shell::marker_prefix(rand::random());
+        let marker = command::marker_prefix(rand::random());
         let dir = self.resolve_dir(options.current_dir.as_deref());
         let config = &self.inner.config;
-        let supervision = shell::Supervision {
+        let supervision = Supervision {
             kill_on_disconnect: config.kill_on_disconnect,
             grace: config.kill_grace,
         };
-        let wrapped = shell::wrapper(&program, dir.as_deref(), &config.env, &marker, supervision)?;
+        let wrapped =
+            command::wrapper(&program, dir.as_deref(), &config.env, &marker, supervision)?;
         let request = ExecRequest {
             wrapper: wrapped.request,
             stdin: wrapped.stdin,
@@ -223,91 +182,25 @@ impl SshExecutor {
             + 1;
         let span = tracing::debug_span!("ssh_command", host = %self.inner.config.host,
             command_id, command_len = command.len(), ?timeout);
-        exec::execute(&self.inner, request, timeout, sink)
+        command::execute(&self.inner, request, timeout, sink)
             .instrument(span)
             .await
     }
 
     /// Whether [`close`](Self::close) was called.
     pub fn is_closed(&self) -> bool {
-        self.inner.closed.load(Ordering::Acquire)
+        self.inner.is_closed()
     }
 
     /// A snapshot of the pool's state and counters.
     pub fn pool_stats(&self) -> PoolStats {
-        let state = self.inner.pool.state();
-        let sessions = self.inner.registry.sessions();
-        let counters = &self.inner.registry.counters;
-        PoolStats {
-            connections: sessions.iter().filter(|s| !s.is_dead()).count(),
-            retiring_connections: sessions
-                .iter()
-                .filter(|s| !s.is_dead() && s.is_retired())
-                .count(),
-            slots: state.connections,
-            idle_slots: state.idle_connections,
-            busy_slots: state.connections.saturating_sub(state.idle_connections),
-            dials: counters.dials.load(Ordering::Relaxed),
-            dial_failures: counters.dial_failures.load(Ordering::Relaxed),
-            connections_closed: counters.sessions_closed.load(Ordering::Relaxed),
-            channel_open_retries: counters.channel_open_retries.load(Ordering::Relaxed),
-            connections_recycled: counters.sessions_recycled.load(Ordering::Relaxed),
-            commands: counters.commands.load(Ordering::Relaxed),
-            kills: counters.kills.load(Ordering::Relaxed),
-            waits: state.statistics.get_waited,
-            wait_timeouts: state.statistics.get_timed_out,
-            wait_time: state.statistics.get_wait_time,
-        }
+        self.inner.stats()
     }
 
     /// Stops taking commands and disconnects idle connections. Commands already running
     /// finish on their connections, which then close. Further calls fail with
     /// [`Error::Closed`].
     pub async fn close(&self) {
-        self.inner.closed.store(true, Ordering::Release);
-        self.inner.registry.close_all().await;
-    }
-
-    /// Checks out a slot, dialing in this task first when the pool must grow (so connection
-    /// errors arrive typed), and maps a pool timeout to the last dial error.
-    pub(crate) async fn acquire_slot_for(
-        inner: &Arc<Inner>,
-    ) -> Result<bb8::PooledConnection<'static, SlotManager>> {
-        let state = inner.pool.state();
-        inner
-            .registry
-            .dial_if_needed(state.idle_connections)
-            .await?;
-        inner.pool.get_owned().await.map_err(|e| match e {
-            bb8::RunError::User(e) => e,
-            bb8::RunError::TimedOut => Error::PoolTimeout {
-                host: inner.config.host.clone(),
-                port: inner.config.port,
-                waited: inner.config.pool_wait_timeout,
-                last_error: inner.registry.last_dial_error(),
-            },
-            // bb8 may add variants; treat them as a pool wait failure.
-            #[allow(unreachable_patterns)]
-            _ => Error::Timeout {
-                host: inner.config.host.clone(),
-                port: inner.config.port,
-                phase: Phase::PoolWait,
-                after: inner.config.pool_wait_timeout,
-            },
-        })
-    }
-}
-
-impl Inner {
-    pub(crate) async fn acquire_slot(
-        self: &Arc<Self>,
-    ) -> Result<bb8::PooledConnection<'static, SlotManager>> {
-        SshExecutor::acquire_slot_for(self).await
-    }
-}
-
-impl From<SshExecutor> for Arc<dyn swiftide_core::ToolExecutor> {
-    fn from(executor: SshExecutor) -> Self {
-        Arc::new(executor)
+        self.inner.close().await;
     }
 }

@@ -8,9 +8,9 @@ use tokio::sync::mpsc;
 
 use crate::{
     builder::SshExecutorBuilder,
+    command::{Execution, ExitStatus, OutputChunk},
     error::{Error, Phase, Result},
     executor::{ExecOptions, SshExecutor},
-    output::{Execution, ExitStatus, OutputChunk},
 };
 
 /// Runs commands on a set of hosts. One slow or dead host never holds up the others: each

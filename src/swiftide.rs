@@ -12,10 +12,10 @@ use swiftide_core::{
 };
 
 use crate::{
+    command::{Execution, ExitStatus, OutputChunk},
     error::Error,
     executor::{ExecOptions, SshExecutor},
-    output::{Execution, ExitStatus, OutputChunk},
-    stream_files::{self, LoadedFile},
+    files::{self, LoadedFile},
 };
 
 fn to_swiftide(chunk: &OutputChunk) -> CommandOutputChunk {
@@ -210,11 +210,17 @@ impl ToolExecutor for SshExecutor {
         extensions: Option<Vec<String>>,
     ) -> anyhow::Result<IndexingStream<String>> {
         let root = self.resolve_path(path, None);
-        let files = stream_files::walk_files(self.clone(), root, extensions);
+        let files = files::walk_files(self.clone(), root, extensions);
         let nodes = futures::stream::unfold(files, |mut files| async move {
             let item = files.recv().await?;
             Some((item.and_then(to_node), files))
         });
         Ok(nodes.boxed().into())
+    }
+}
+
+impl From<SshExecutor> for std::sync::Arc<dyn swiftide_core::ToolExecutor> {
+    fn from(executor: SshExecutor) -> Self {
+        std::sync::Arc::new(executor)
     }
 }

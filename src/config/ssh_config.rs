@@ -37,12 +37,8 @@ use std::{
 };
 
 use crate::{
-    auth::AuthMethod,
-    builder::SshExecutorBuilder,
+    config::jump_host,
     error::{Error, Result},
-    executor::SshExecutor,
-    host_key::HostKeyPolicy,
-    jump::{self, JumpHost},
 };
 
 /// Includes nested deeper than this are refused (OpenSSH's `READCONF_MAX_DEPTH`).
@@ -56,7 +52,7 @@ const DEFAULT_IDENTITIES: &[&str] = &["id_rsa", "id_ecdsa", "id_ed25519"];
 
 /// A parsed OpenSSH client configuration file, with its `Include`s read.
 ///
-/// Use [`SshExecutor::from_ssh_config`] to go straight from an alias to a builder; use this
+/// Use [`SshExecutor::from_ssh_config`](crate::SshExecutor::from_ssh_config) to go straight from an alias to a builder; use this
 /// type to inspect what a file says about a host ([`SshConfig::resolve`], like `ssh -G`).
 ///
 /// # Supported keywords
@@ -66,18 +62,18 @@ const DEFAULT_IDENTITIES: &[&str] = &["id_rsa", "id_ecdsa", "id_ed25519"];
 /// | `Host` | patterns with `*`, `?` and `!negation` |
 /// | `Include` | files or globs, relative to `~/.ssh`; conditional inside a `Host` block |
 /// | `HostName` | the address to connect to; `%h` is the alias, `%%` a percent sign |
-/// | `User` | login user ([`user`](SshExecutorBuilder::user)) |
-/// | `Port` | [`port`](SshExecutorBuilder::port) |
+/// | `User` | login user ([`user`](crate::SshExecutorBuilder::user)) |
+/// | `Port` | [`port`](crate::SshExecutorBuilder::port) |
 /// | `IdentityFile` | key files, tried in order; `~`, `${VAR}` and tokens expanded; missing files are skipped, as `ssh` does. Without any, `~/.ssh/id_rsa`, `id_ecdsa` and `id_ed25519`. A `<file>-cert.pub` next to a key is offered first as its OpenSSH certificate, as `ssh` does |
 /// | `CertificateFile` | OpenSSH user certificates (accumulate like `IdentityFile`, same expansion); each is offered with the identity file it certifies, before that key alone; one that certifies none is skipped |
 /// | `IdentitiesOnly` | `yes`: only the identity files; otherwise the ssh-agent (when `$SSH_AUTH_SOCK` names an existing socket) is tried first |
 /// | `ProxyJump` | comma-separated `[user@]host[:port]` or `ssh://` hops, or `none`; each hop is resolved through this file too (its `HostName`, `User`, keys, known hosts...) and the first hop's own `ProxyJump` is honoured, as `ssh` does |
 /// | `UserKnownHostsFile` | several files, `~`, `${VAR}` and tokens, or `none`; defaults to `~/.ssh/known_hosts ~/.ssh/known_hosts2` |
 /// | `GlobalKnownHostsFile` | several files or `none`; defaults to `/etc/ssh/ssh_known_hosts /etc/ssh/ssh_known_hosts2` |
-/// | `StrictHostKeyChecking` | `yes` and `ask` (the default): [`HostKeyPolicy::Strict`]; `accept-new`: [`HostKeyPolicy::AcceptNew`]; `no`/`off`: [`HostKeyPolicy::InsecureAcceptAnyHostKey`] |
-/// | `ServerAliveInterval` | [`keepalive_interval`](SshExecutorBuilder::keepalive_interval); `0` turns keepalives off. Unset keeps the builder's 15 s, not OpenSSH's "off" |
-/// | `ServerAliveCountMax` | [`keepalive_max`](SshExecutorBuilder::keepalive_max) |
-/// | `ConnectTimeout` | [`connect_timeout`](SshExecutorBuilder::connect_timeout) (`0` keeps the default) |
+/// | `StrictHostKeyChecking` | `yes` and `ask` (the default): [`HostKeyPolicy::Strict`](crate::HostKeyPolicy::Strict); `accept-new`: [`HostKeyPolicy::AcceptNew`](crate::HostKeyPolicy::AcceptNew); `no`/`off`: [`HostKeyPolicy::InsecureAcceptAnyHostKey`](crate::HostKeyPolicy::InsecureAcceptAnyHostKey) |
+/// | `ServerAliveInterval` | [`keepalive_interval`](crate::SshExecutorBuilder::keepalive_interval); `0` turns keepalives off. Unset keeps the builder's 15 s, not OpenSSH's "off" |
+/// | `ServerAliveCountMax` | [`keepalive_max`](crate::SshExecutorBuilder::keepalive_max) |
+/// | `ConnectTimeout` | [`connect_timeout`](crate::SshExecutorBuilder::connect_timeout) (`0` keeps the default) |
 /// | `ProxyCommand` | not supported: when it is in effect, [`HostConfig::to_builder`] fails rather than silently connecting directly (`ProxyCommand none` is fine) |
 ///
 /// Times accept OpenSSH's units (`90`, `30s`, `5m`, `1h30m`). Tokens in `IdentityFile` and
@@ -89,7 +85,7 @@ const DEFAULT_IDENTITIES: &[&str] = &["id_rsa", "id_ecdsa", "id_ed25519"];
 /// `/etc/ssh/ssh_config`, and every other keyword (`ForwardAgent`, `Ciphers`,
 /// `HostKeyAlias`, `ControlMaster`, ...). The ignored lines that apply to
 /// a host are listed in [`HostConfig::ignored`]. Encrypted identity files need the agent or
-/// an explicit [`private_key_file_with_passphrase`](SshExecutorBuilder::private_key_file_with_passphrase):
+/// an explicit [`private_key_file_with_passphrase`](crate::SshExecutorBuilder::private_key_file_with_passphrase):
 /// there is no prompt.
 #[derive(Debug, Clone)]
 pub struct SshConfig {
@@ -144,11 +140,11 @@ pub struct HostConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum StrictHostKeyChecking {
-    /// `yes`: only known keys ([`HostKeyPolicy::Strict`]).
+    /// `yes`: only known keys ([`HostKeyPolicy::Strict`](crate::HostKeyPolicy::Strict)).
     Yes,
-    /// `accept-new`: record unknown hosts, refuse changed keys ([`HostKeyPolicy::AcceptNew`]).
+    /// `accept-new`: record unknown hosts, refuse changed keys ([`HostKeyPolicy::AcceptNew`](crate::HostKeyPolicy::AcceptNew)).
     AcceptNew,
-    /// `no` or `off`: no verification ([`HostKeyPolicy::InsecureAcceptAnyHostKey`]).
+    /// `no` or `off`: no verification ([`HostKeyPolicy::InsecureAcceptAnyHostKey`](crate::HostKeyPolicy::InsecureAcceptAnyHostKey)).
     No,
     /// `ask`, OpenSSH's default: there is no one to ask, so strict.
     Ask,
@@ -709,7 +705,7 @@ fn parse_proxy_jump(value: &str) -> std::result::Result<Vec<JumpSpec>, String> {
     value
         .split(',')
         .map(|element| {
-            let (user, host, port) = jump::parse_spec(element)
+            let (user, host, port) = jump_host::parse_spec(element)
                 .map_err(|e| format!("bad ProxyJump element `{element}`: {e}"))?;
             Ok(JumpSpec { user, host, port })
         })
@@ -942,7 +938,7 @@ fn expand_all(files: &[(&str, &Origin)], tokens: &Tokens<'_>) -> Result<Vec<Path
 /// Whether `certificate` exists and certifies the key in `key` (whose public half is readable
 /// even when the key is encrypted). `ssh` skips a certificate that does not match, with a
 /// debug message, rather than failing the login; so does this.
-fn certifies(certificate: &Path, key: &Path) -> bool {
+pub(crate) fn certifies(certificate: &Path, key: &Path) -> bool {
     if !certificate.is_file() {
         return false;
     }
@@ -990,7 +986,7 @@ fn home_dir() -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
-fn local_user() -> Option<String> {
+pub(crate) fn local_user() -> Option<String> {
     std::env::var("USER")
         .or_else(|_| std::env::var("LOGNAME"))
         .ok()
@@ -1021,167 +1017,8 @@ fn writable_by_others(_: &std::fs::Metadata) -> bool {
 
 /// Whether `$SSH_AUTH_SOCK` names an existing socket: an unreachable agent would fail the
 /// whole authentication, while `ssh` silently goes on without it.
-fn agent_available() -> bool {
+pub(crate) fn agent_available() -> bool {
     std::env::var_os("SSH_AUTH_SOCK").is_some_and(|sock| Path::new(&sock).exists())
-}
-
-impl HostConfig {
-    /// A builder with these settings: host, port, user, authentication, host-key policy,
-    /// keepalive, connect timeout and jump hosts. Setters called on it afterwards win;
-    /// the identity files are used only if no authentication method is added explicitly,
-    /// and a [`jump_host`](SshExecutorBuilder::jump_host) call replaces the `ProxyJump`
-    /// hops.
-    ///
-    /// # Errors
-    /// [`Error::Config`] when a `ProxyCommand` is in effect for the host or its first hop.
-    pub fn to_builder(&self) -> Result<SshExecutorBuilder> {
-        self.refuse_proxy_command()?;
-        let mut builder = SshExecutor::builder()
-            .host(self.host_name.clone())
-            .port(self.port)
-            .host_key_policy(self.host_key_policy());
-        if let Some(user) = &self.user {
-            builder = builder.user(user.clone());
-        }
-        if let Some(interval) = self.server_alive_interval {
-            builder = builder.keepalive_interval((!interval.is_zero()).then_some(interval));
-        }
-        if let Some(max) = self.server_alive_count_max {
-            builder = builder.keepalive_max(max);
-        }
-        if let Some(timeout) = self.connect_timeout.filter(|t| !t.is_zero()) {
-            builder = builder.connect_timeout(timeout);
-        }
-        builder.file_auth = self.auth_methods();
-        builder.jump_hosts = self
-            .proxy_jump
-            .iter()
-            .map(HostConfig::to_jump_host)
-            .collect::<Result<_>>()?;
-        builder.jump_hosts_from_file = !builder.jump_hosts.is_empty();
-        Ok(builder)
-    }
-
-    fn refuse_proxy_command(&self) -> Result<()> {
-        match &self.proxy_command {
-            Some(command) => Err(Error::Config {
-                reason: format!(
-                    "ssh config: `ProxyCommand {command}` applies to {}, and ProxyCommand is \
-                     not supported (use ProxyJump, or `ProxyCommand none`)",
-                    self.alias
-                ),
-            }),
-            None => Ok(()),
-        }
-    }
-
-    /// A hop's own user, keys and host-key policy; as with `ssh`, a hop without `User` logs
-    /// in as the local user, not as the target's user.
-    fn to_jump_host(&self) -> Result<JumpHost> {
-        self.refuse_proxy_command()?;
-        let mut hop = JumpHost::new(self.host_name.clone())
-            .port(self.port)
-            .host_key_policy(self.host_key_policy());
-        if let Some(user) = self.user.clone().or_else(local_user) {
-            hop = hop.user(user);
-        }
-        for method in self.auth_methods() {
-            hop = hop.auth_method(method);
-        }
-        Ok(hop)
-    }
-
-    /// The agent first (unless `IdentitiesOnly`), then the identity files that exist; like
-    /// `ssh`, each identity is offered first with the certificates that certify it (from
-    /// `CertificateFile`, then `<file>-cert.pub`), then as the plain key.
-    fn auth_methods(&self) -> Vec<AuthMethod> {
-        let agent = (!self.identities_only && agent_available())
-            .then_some(AuthMethod::Agent { socket: None });
-        let files = self
-            .identity_files
-            .iter()
-            .filter(|path| {
-                // `ssh` skips missing identities too; say so for whoever debugs a login.
-                let exists = path.is_file();
-                if !exists {
-                    tracing::debug!(alias = %self.alias, path = %path.display(),
-                        "identity file does not exist; skipped");
-                }
-                exists
-            })
-            .flat_map(|path| {
-                let mut conventional = path.clone().into_os_string();
-                conventional.push("-cert.pub");
-                let certificates: Vec<AuthMethod> = self
-                    .certificate_files
-                    .iter()
-                    .cloned()
-                    .chain([PathBuf::from(conventional)])
-                    .filter(|certificate| certifies(certificate, path))
-                    .map(|certificate| AuthMethod::CertificateFile {
-                        key: path.clone(),
-                        passphrase: None,
-                        certificate,
-                    })
-                    .collect();
-                certificates.into_iter().chain([AuthMethod::KeyFile {
-                    path: path.clone(),
-                    passphrase: None,
-                }])
-            });
-        agent.into_iter().chain(files).collect()
-    }
-
-    fn host_key_policy(&self) -> HostKeyPolicy {
-        let known_hosts: Vec<PathBuf> = self
-            .user_known_hosts_files
-            .iter()
-            .chain(&self.global_known_hosts_files)
-            .cloned()
-            .collect();
-        match self.strict_host_key_checking {
-            StrictHostKeyChecking::AcceptNew => HostKeyPolicy::AcceptNew { known_hosts },
-            StrictHostKeyChecking::No => HostKeyPolicy::InsecureAcceptAnyHostKey,
-            StrictHostKeyChecking::Yes | StrictHostKeyChecking::Ask => {
-                HostKeyPolicy::Strict { known_hosts }
-            }
-        }
-    }
-}
-
-/// Building from the OpenSSH client configuration.
-impl SshExecutor {
-    /// A builder for the host that `alias` names in `~/.ssh/config` (`HostName`, `Port`,
-    /// `User`, `IdentityFile`, `ProxyJump`, known hosts, ... — see [`SshConfig`] for every
-    /// keyword). Without a config file, or without a matching block, `alias` is the host
-    /// name. Setters called on the returned builder win over the file.
-    ///
-    /// ```no_run
-    /// # async fn demo() -> swiftide_ssh_executor::Result<()> {
-    /// use swiftide_ssh_executor::SshExecutor;
-    ///
-    /// let executor = SshExecutor::from_ssh_config("build-1")?
-    ///     .workdir("/srv/checkout")
-    ///     .build()
-    ///     .await?;
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    /// [`Error::SshConfig`] for an unreadable or invalid file, [`Error::Config`] for an
-    /// unsupported `ProxyCommand`.
-    pub fn from_ssh_config(alias: &str) -> Result<SshExecutorBuilder> {
-        SshConfig::user_config()?.resolve(alias)?.to_builder()
-    }
-
-    /// Like [`from_ssh_config`](Self::from_ssh_config), reading `path` instead of
-    /// `~/.ssh/config` (like `ssh -F path`).
-    ///
-    /// # Errors
-    /// As [`from_ssh_config`](Self::from_ssh_config); a missing file is an error.
-    pub fn from_ssh_config_file(path: impl AsRef<Path>, alias: &str) -> Result<SshExecutorBuilder> {
-        SshConfig::load(path)?.resolve(alias)?.to_builder()
-    }
 }
 
 #[cfg(test)]

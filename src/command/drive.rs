@@ -1,4 +1,5 @@
-//! Running one remote command: the driver task, the caller's read loop, and the kill.
+//! The drive loop: running one remote command on a pooled channel. The driver task, the
+//! caller's read loop, and the kill.
 //!
 //! Each command gets a *driver* task that owns its pool slot and its channel for the whole
 //! life of the command. The driver drains the channel into a queue as fast as data arrives,
@@ -26,25 +27,26 @@ use tokio::{
 use tracing::Instrument;
 
 use crate::{
-    builder::Config,
+    command::{
+        marker::MarkerParser,
+        output::{Execution, ExitStatus, OutputChunk, OutputSink, Retained},
+        supervisor,
+    },
+    config::Config,
     error::{Error, Phase, Result},
-    executor::Inner,
-    output::{Execution, ExitStatus, OutputChunk, OutputSink, Retained},
-    pool::{self, Counters},
-    session::Session,
-    shell::{self, MarkerParser},
+    pool::{self, Counters, Pool, PooledSlot, Running, Session},
 };
 
 /// A fully prepared command.
 #[derive(Debug)]
 pub(crate) struct ExecRequest {
-    /// The exec request text (see [`shell::wrapper`]).
+    /// The exec request text (see [`wrapper`](crate::command::wrapper)).
     pub(crate) wrapper: Vec<u8>,
     /// Bytes for the command's stdin, followed by EOF (uncontrolled requests only).
     pub(crate) stdin: Vec<u8>,
     /// The stderr marker prefix the wrapper prints with its pgid.
     pub(crate) marker: String,
-    /// The channel's stdin is the wrapper's control line (see [`shell::Wrapped`]): the kill
+    /// The channel's stdin is the wrapper's control line (see `Wrapped`): the kill
     /// is `K\n` on this channel. Otherwise it is sent from a second channel once the pgid is
     /// known.
     pub(crate) controlled: bool,
@@ -93,7 +95,7 @@ async fn forward(
 /// Dropping the future kills the remote process group in the background (best effort: it
 /// needs the connection to be alive).
 pub(crate) async fn execute(
-    inner: &Arc<Inner>,
+    inner: &Arc<Pool>,
     request: ExecRequest,
     timeout: Option<Duration>,
     sink: &mut OutputSink<'_>,
@@ -187,7 +189,7 @@ fn driver_vanished(config: &Config) -> Error {
 }
 
 async fn drive(
-    inner: Arc<Inner>,
+    inner: Arc<Pool>,
     request: ExecRequest,
     events: mpsc::UnboundedSender<Event>,
     budget: Arc<tokio::sync::Semaphore>,
@@ -198,7 +200,7 @@ async fn drive(
 }
 
 async fn drive_command(
-    inner: &Arc<Inner>,
+    inner: &Arc<Pool>,
     request: ExecRequest,
     events: &mpsc::UnboundedSender<Event>,
     budget: &tokio::sync::Semaphore,
@@ -376,8 +378,6 @@ async fn release_unused(mut channel: russh::Channel<russh::client::Msg>, limit: 
     }
 }
 
-type PooledSlot = bb8::PooledConnection<'static, pool::SlotManager>;
-
 /// Gets a slot and opens a channel on it; `None` when killed while waiting for the slot.
 ///
 /// Only the wait for a slot is abortable. The open itself runs to completion (it is bounded by
@@ -390,15 +390,9 @@ type PooledSlot = bb8::PooledConnection<'static, pool::SlotManager>;
 /// The command counts as running on its connection from the moment it holds the slot (the
 /// returned guard), so that retiring the connection does not close it under the open.
 async fn acquire_channel(
-    inner: &Arc<Inner>,
+    inner: &Arc<Pool>,
     kill: &mut oneshot::Receiver<()>,
-) -> Result<
-    Option<(
-        PooledSlot,
-        russh::Channel<russh::client::Msg>,
-        crate::session::Running,
-    )>,
-> {
+) -> Result<Option<(PooledSlot, russh::Channel<russh::client::Msg>, Running)>> {
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -407,7 +401,7 @@ async fn acquire_channel(
             _ = &mut *kill => return Ok(None),
             slot = inner.acquire_slot() => slot?,
         };
-        let running = crate::session::Running::new(slot.session.clone());
+        let running = Running::new(slot.session.clone());
         match slot.open_channel().await {
             Ok(channel) => return Ok(Some((slot, channel, running))),
             Err(Error::ChannelRefused { .. }) if attempt < 2 => continue,
@@ -451,7 +445,7 @@ async fn kill_group(
     tracing::debug!(host = %config.host, pgid, grace = ?config.kill_grace, "killing remote process group");
     let mut channel = pool::open_channel(session, config, counters).await?;
     channel
-        .exec(true, shell::kill_request(pgid, config.kill_grace))
+        .exec(true, supervisor::kill_request(pgid, config.kill_grace))
         .await
         .map_err(|source| Error::Ssh {
             host: config.host.clone(),

@@ -3,7 +3,7 @@
 //! [`GitignoreBuilder`], ancestor directories first, deeper files win, `.ignore` over
 //! `.gitignore` over `.git/info/exclude`, git rules only inside a repository and not beyond
 //! its root; hidden files skipped unless whitelisted; LocalExecutor's exact extension
-//! filter. No I/O here: [`crate::stream_files`] finds and fetches the ignore files.
+//! filter. No I/O here: [`crate::files::stream_files`] finds and fetches the ignore files.
 
 use std::{
     collections::HashMap,

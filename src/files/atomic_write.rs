@@ -12,11 +12,13 @@ use russh_sftp::{
 
 use crate::{
     error::Result,
-    exec_fallback,
     executor::SshExecutor,
-    file_error::{EISDIR, ELOOP},
-    remote_fs::{FileMetadata, sftp_path},
-    sftp::{OpenHandle, SftpChannel, has_status},
+    files::{
+        error::{EISDIR, ELOOP},
+        exec_fallback,
+        remote_fs::{FileMetadata, sftp_path},
+        sftp::{OpenHandle, SftpChannel, has_status},
+    },
 };
 
 /// Symlinks followed before a write gives up, as Linux's `ELOOP` limit.

@@ -1,6 +1,6 @@
 //! The SFTP channel: one per pooled connection, opened on first use and replaced when it
 //! breaks, and the requests sent on it. The typed file API on top is in
-//! [`crate::remote_fs`].
+//! [`crate::files::remote_fs`].
 //!
 //! # Why the raw session
 //!
@@ -15,7 +15,7 @@
 //!
 //! russh-sftp carries paths as `String` and decodes names the server sends lossily. Paths that
 //! are not valid UTF-8 therefore never go over SFTP: reads and writes fall back to a shell
-//! script over exec ([`crate::exec_fallback`]), the other operations return
+//! script over exec ([`crate::files::exec_fallback`]), the other operations return
 //! [`Error::InvalidInput`].
 //!
 //! # Handles
@@ -51,8 +51,7 @@ use tokio::{
 use crate::{
     error::{Error, Phase, Result},
     executor::SshExecutor,
-    pool,
-    session::Session,
+    pool::{self, Running, Session},
 };
 
 /// Most read requests in flight for one file (reached by doubling from 1).
@@ -271,9 +270,9 @@ impl SftpChannel {
     }
 
     /// Marks an operation as running on this channel's connection (see
-    /// [`Running`](crate::session::Running)); `None` when the connection is gone.
-    pub(crate) fn running(&self) -> Option<crate::session::Running> {
-        self.session.upgrade().map(crate::session::Running::new)
+    /// [`Running`](Running)); `None` when the connection is gone.
+    pub(crate) fn running(&self) -> Option<Running> {
+        self.session.upgrade().map(Running::new)
     }
 
     /// The channel ended, or its connection did.
@@ -566,6 +565,12 @@ async fn negotiate(
     Ok((raw, lengths, posix_rename))
 }
 
+/// The SFTP channel a pooled connection holds (the pool keeps it type-erased).
+fn held_channel(slot: &Option<Arc<dyn std::any::Any + Send + Sync>>) -> Option<Arc<SftpChannel>> {
+    slot.clone()
+        .and_then(|held| held.downcast::<SftpChannel>().ok())
+}
+
 impl SshExecutor {
     /// The SFTP channel of a live connection, opened on first use and replaced when broken.
     pub(crate) async fn sftp(&self) -> Result<Arc<SftpChannel>> {
@@ -579,8 +584,8 @@ impl SshExecutor {
         let executor = self.clone();
         tokio::spawn(async move {
             let mut slot = session.sftp.lock().await;
-            if let Some(channel) = slot.as_ref().filter(|channel| !channel.is_broken()) {
-                return Ok(channel.clone());
+            if let Some(channel) = held_channel(&slot).filter(|channel| !channel.is_broken()) {
+                return Ok(channel);
             }
             let channel = Arc::new(SftpChannel::open(&executor, &session).await?);
             *slot = Some(channel.clone());
@@ -599,7 +604,7 @@ impl SshExecutor {
             return;
         };
         let mut slot = session.sftp.lock().await;
-        if slot.as_ref().is_some_and(|held| Arc::ptr_eq(held, channel)) {
+        if held_channel(&slot).is_some_and(|held| Arc::ptr_eq(&held, channel)) {
             *slot = None;
         }
     }

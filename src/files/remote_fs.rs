@@ -1,10 +1,10 @@
 //! The typed file API on [`SshExecutor`]: whole-file reads and writes, metadata, listing,
 //! directories, removal and rename, all over the connection's SFTP channel
-//! ([`crate::sftp`]). Writes replace files atomically ([`crate::atomic_write`]); reads and
-//! writes of paths SFTP cannot carry go through a shell script ([`crate::exec_fallback`]).
+//! ([`crate::files::sftp`]). Writes replace files atomically ([`crate::files::atomic_write`]); reads and
+//! writes of paths SFTP cannot carry go through a shell script ([`crate::files::exec_fallback`]).
 //!
 //! Every operation resolves a relative path against the workdir, and reports failures as
-//! [`Error::Sftp`] with LocalExecutor's reason texts ([`crate::file_error`]). An operation
+//! [`Error::Sftp`] with LocalExecutor's reason texts ([`crate::files::error`]). An operation
 //! whose channel broke under it runs once more on a new channel when running it twice does
 //! no harm ([`Retry`]).
 
@@ -19,10 +19,12 @@ use russh_sftp::protocol::{FileAttributes, StatusCode};
 
 use crate::{
     error::{Error, Result, SftpStatus},
-    exec_fallback,
     executor::SshExecutor,
-    file_error::{EISDIR, ENOTDIR},
-    sftp::{SftpChannel, has_status},
+    files::{
+        error::{EISDIR, ENOTDIR},
+        exec_fallback,
+        sftp::{SftpChannel, has_status},
+    },
 };
 
 const S_IFMT: u32 = 0o170_000;

@@ -1,79 +1,16 @@
-//! The builder: every setting, its default, and validation.
+//! The builder: every setting, its default, and validation into a frozen [`Config`].
+
+mod from_ssh_config;
 
 use std::{collections::HashMap, fmt, path::PathBuf, sync::Arc, time::Duration};
 
 use russh::keys::PrivateKey;
 
 use crate::{
-    auth::{AuthMethod, Secret},
+    config::{self, AuthMethod, Config, EnvPlan, HostKeyPolicy, JumpHost, JumpTarget, Secret},
     error::{Error, Result},
     executor::SshExecutor,
-    host_key::HostKeyPolicy,
-    jump::{self, Hop, HopCache, JumpHost},
-    shell::EnvPlan,
 };
-
-/// Frozen settings shared by every clone of an executor.
-#[derive(Clone)]
-pub(crate) struct Config {
-    pub(crate) host: String,
-    pub(crate) port: u16,
-    pub(crate) user: String,
-    pub(crate) auth: Vec<AuthMethod>,
-    pub(crate) host_key_policy: HostKeyPolicy,
-    pub(crate) workdir: Option<PathBuf>,
-    pub(crate) default_timeout: Option<Duration>,
-    pub(crate) env: EnvPlan,
-    pub(crate) max_connections: u32,
-    pub(crate) channels_per_connection: u32,
-    pub(crate) connect_timeout: Duration,
-    pub(crate) pool_wait_timeout: Duration,
-    pub(crate) idle_timeout: Option<Duration>,
-    pub(crate) max_connection_lifetime: Option<Duration>,
-    pub(crate) keepalive_interval: Option<Duration>,
-    pub(crate) keepalive_max: usize,
-    pub(crate) kill_grace: Duration,
-    pub(crate) kill_on_disconnect: bool,
-    pub(crate) max_output_bytes: Option<usize>,
-    pub(crate) drain_timeout: Duration,
-    /// Jump hosts, client side first, with every setting decided.
-    pub(crate) jump_hosts: Vec<Hop>,
-    /// The hop connections shared by this executor's pooled connections.
-    pub(crate) hop_cache: HopCache,
-}
-
-impl fmt::Debug for Config {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Env values may hold tokens: show names only. Auth methods redact themselves.
-        f.debug_struct("Config")
-            .field("host", &self.host)
-            .field("port", &self.port)
-            .field("user", &self.user)
-            .field("auth", &self.auth)
-            .field("host_key_policy", &self.host_key_policy)
-            .field("workdir", &self.workdir)
-            .field("default_timeout", &self.default_timeout)
-            .field("env_clear", &self.env.clear)
-            .field("env_remove", &self.env.remove)
-            .field(
-                "envs",
-                &self.env.set.iter().map(|(k, _)| k).collect::<Vec<_>>(),
-            )
-            .field("max_connections", &self.max_connections)
-            .field("channels_per_connection", &self.channels_per_connection)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("pool_wait_timeout", &self.pool_wait_timeout)
-            .field("idle_timeout", &self.idle_timeout)
-            .field("max_connection_lifetime", &self.max_connection_lifetime)
-            .field("keepalive_interval", &self.keepalive_interval)
-            .field("keepalive_max", &self.keepalive_max)
-            .field("kill_grace", &self.kill_grace)
-            .field("kill_on_disconnect", &self.kill_on_disconnect)
-            .field("max_output_bytes", &self.max_output_bytes)
-            .field("jump_hosts", &self.jump_hosts)
-            .finish()
-    }
-}
 
 /// Builds an [`SshExecutor`]. Start with [`SshExecutor::builder`].
 ///
@@ -102,12 +39,12 @@ pub struct SshExecutorBuilder {
     kill_grace: Duration,
     kill_on_disconnect: bool,
     max_output_bytes: Option<usize>,
-    /// Jump hosts in order, client side first (`jump.rs`).
+    /// Jump hosts in order, client side first (`ssh/jump.rs`).
     pub(crate) jump_hosts: Vec<JumpHost>,
     /// The jump hosts came from an ssh_config `ProxyJump`: an explicit `jump_host`
     /// replaces them rather than extending the chain.
     pub(crate) jump_hosts_from_file: bool,
-    /// Authentication methods derived from an ssh_config (`ssh_config.rs`); used only when
+    /// Authentication methods derived from an ssh_config (`from_ssh_config.rs`); used only when
     /// no method is added explicitly, so explicit settings win over the file.
     pub(crate) file_auth: Vec<AuthMethod>,
 }
@@ -161,6 +98,13 @@ impl Default for SshExecutorBuilder {
             jump_hosts_from_file: false,
             file_auth: Vec::new(),
         }
+    }
+}
+
+impl SshExecutor {
+    /// Starts a builder.
+    pub fn builder() -> SshExecutorBuilder {
+        SshExecutorBuilder::default()
     }
 }
 
@@ -462,9 +406,9 @@ impl SshExecutorBuilder {
         if auth.is_empty() {
             auth.push(AuthMethod::Agent { socket: None });
         }
-        let jump_hosts = jump::resolve_hops(
+        let jump_hosts = config::resolve_hops(
             self.jump_hosts,
-            &jump::Target {
+            &JumpTarget {
                 user: &user,
                 auth: &auth,
                 policy: &self.host_key_policy,
@@ -500,7 +444,6 @@ impl SshExecutorBuilder {
             max_output_bytes: self.max_output_bytes,
             drain_timeout: Duration::from_secs(2),
             jump_hosts,
-            hop_cache: HopCache::default(),
         })
     }
 
@@ -521,5 +464,31 @@ impl SshExecutorBuilder {
     /// [`Error::Config`] or [`Error::InvalidInput`] for bad settings.
     pub fn build_lazy(self) -> Result<SshExecutor> {
         SshExecutor::from_config(self.into_config()?)
+    }
+}
+
+/// Jump-host settings of the builder.
+impl SshExecutorBuilder {
+    /// Adds a jump host (OpenSSH `ProxyJump`): connections go through the hops in the order
+    /// they were added, the first one reached directly. Each hop is authenticated and its
+    /// host key verified on its own; settings a hop does not have are taken from the target
+    /// (see [`JumpHost`]). One connection per hop carries all of the executor's pooled
+    /// connections, and it stays open as long as they do. The first call replaces the
+    /// hops read from an ssh_config `ProxyJump`. Defaults to none: a direct connection.
+    pub fn jump_host(mut self, hop: JumpHost) -> Self {
+        if self.jump_hosts_from_file {
+            self.jump_hosts.clear();
+            self.jump_hosts_from_file = false;
+        }
+        self.jump_hosts.push(hop);
+        self
+    }
+
+    /// Replaces every jump host with `hops`, in order; an empty list connects directly
+    /// (OpenSSH `ProxyJump none`). Defaults to none: a direct connection.
+    pub fn jump_hosts(mut self, hops: impl IntoIterator<Item = JumpHost>) -> Self {
+        self.jump_hosts = hops.into_iter().collect();
+        self.jump_hosts_from_file = false;
+        self
     }
 }

@@ -1,4 +1,4 @@
-//! Reads and writes of paths SFTP cannot carry (not valid UTF-8, see [`crate::sftp`]), as
+//! Reads and writes of paths SFTP cannot carry (not valid UTF-8, see [`crate::files::sftp`]), as
 //! shell scripts over exec: `cat` for a read, and for a write the same atomic replacement as
 //! over SFTP (follow symlinks, private temporary file, keep the mode, `mv` over the target).
 //! Failures are turned back into the typed errors an SFTP failure gives.
@@ -10,11 +10,13 @@
 use std::path::Path;
 
 use crate::{
+    command::ExitStatus,
     error::{Error, Result, SftpStatus},
     executor::SshExecutor,
-    file_error::{EISDIR, ELOOP, ENOENT, os_error_reason},
-    output::ExitStatus,
-    script::{quoted_path, run_collect},
+    files::{
+        error::{EISDIR, ELOOP, ENOENT, os_error_reason},
+        own_script::{quoted_path, run_collect},
+    },
 };
 
 /// The error number whose text is `text` (`"No such file or directory"` → 2), including
@@ -145,7 +147,7 @@ pub(crate) async fn write_via_exec(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::file_error::EACCES;
+    use crate::files::error::EACCES;
 
     #[test]
     fn error_texts_map_back_to_numbers() {

@@ -1,11 +1,9 @@
-//! One authenticated SSH connection and the bookkeeping the pool keeps on it.
+//! Dialing one connection: TCP (or a jump-host channel), the SSH handshake with the host key
+//! checked, authentication, and the warm-up ping, all under one `connect_timeout` budget.
 
 use std::{
     borrow::Cow,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, AtomicU32, Ordering},
-    },
+    sync::{Arc, atomic::AtomicBool},
     time::{Duration, Instant},
 };
 
@@ -16,126 +14,14 @@ use tokio::{
 };
 
 use crate::{
-    auth::{self, AuthMethod, Target},
-    builder::Config,
+    config::{AuthMethod, Config, HostKeyPolicy},
     error::{Error, Phase, Result},
-    host_key::{ClientHandler, HandlerError, HostKeyPolicy},
-    jump::{self, HopChain},
+    ssh::{
+        auth::{self, Target},
+        host_key::{ClientHandler, HandlerError},
+        jump::{self, HopCache, HopChain},
+    },
 };
-
-/// Refused channel opens after which a connection is replaced (about 70 KiB of russh
-/// bookkeeping by then; see [`Session::note_refused_open`]).
-pub(crate) const REFUSALS_BEFORE_RECYCLE: u32 = 128;
-
-/// An authenticated connection shared by up to `capacity` commands at once.
-pub(crate) struct Session {
-    pub(crate) handle: Handle<ClientHandler>,
-    pub(crate) id: u64,
-    created: Instant,
-    closed: Arc<AtomicBool>,
-    retired: AtomicBool,
-    /// Channel slots the pool has placed on this connection (busy or idle in the pool).
-    pub(crate) slots: AtomicU32,
-    /// Commands running on this connection right now (see [`Running`]).
-    pub(crate) running: AtomicU32,
-    /// How many slots this connection may carry; lowered when the server refuses channels.
-    pub(crate) capacity: AtomicU32,
-    /// Channel opens the server refused on this connection (see [`Session::note_refused_open`]).
-    refused_opens: AtomicU32,
-    /// The reusable SFTP channel, opened on first use.
-    pub(crate) sftp: tokio::sync::Mutex<Option<Arc<crate::sftp::SftpChannel>>>,
-    /// The jump-host connections this one runs through, kept alive until it disconnects
-    /// (shared with the executor's other connections: the last one out closes them).
-    hops: std::sync::Mutex<Option<Arc<HopChain>>>,
-}
-
-impl std::fmt::Debug for Session {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Session")
-            .field("id", &self.id)
-            .field("age", &self.created.elapsed())
-            .field("slots", &self.slots.load(Ordering::Relaxed))
-            .field("capacity", &self.capacity.load(Ordering::Relaxed))
-            .field("dead", &self.is_dead())
-            .field("retired", &self.retired.load(Ordering::Relaxed))
-            .field("refused_opens", &self.refused_opens.load(Ordering::Relaxed))
-            .field("hops", &self.hops())
-            .finish()
-    }
-}
-
-impl Session {
-    /// The transport is gone (russh noticed, or the server disconnected).
-    pub(crate) fn is_dead(&self) -> bool {
-        self.closed.load(Ordering::Acquire)
-            || self.handle.is_closed()
-            || self.hops().is_some_and(|hops| hops.is_dead())
-    }
-
-    fn hops(&self) -> Option<Arc<HopChain>> {
-        // A poisoned lock only means a panic elsewhere while swapping an Option.
-        self.hops
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
-
-    /// No new slots go here; existing ones finish.
-    pub(crate) fn retire(&self) {
-        self.retired.store(true, Ordering::Release);
-    }
-
-    pub(crate) fn is_retired(&self) -> bool {
-        self.retired.load(Ordering::Acquire)
-    }
-
-    /// Counts a channel open the server refused, and retires the connection after
-    /// [`REFUSALS_BEFORE_RECYCLE`] of them; true when this call retired it.
-    ///
-    /// Why: for every refusal russh 0.65 queues a reply on its handle that only the
-    /// authentication calls ever read (about 0.5 KiB, kept until the connection closes).
-    /// Refusals are routine, because sshd frees a session slot a little after the client sees
-    /// the channel close (about 1 open in 100 under churn), so a long-lived connection would
-    /// grow without bound. Replacing it after a hundred-odd refusals bounds that memory at the
-    /// cost of one handshake.
-    pub(crate) fn note_refused_open(&self) -> bool {
-        let refused = self.refused_opens.fetch_add(1, Ordering::AcqRel) + 1;
-        let recycle = refused == REFUSALS_BEFORE_RECYCLE;
-        if recycle {
-            tracing::debug!(
-                id = self.id,
-                refused,
-                "recycling the connection after refused channel opens"
-            );
-            self.retire();
-        }
-        recycle
-    }
-
-    /// Whether this session may take new commands, retiring it first if it is too old.
-    pub(crate) fn accepts_work(&self, max_lifetime: Option<Duration>) -> bool {
-        if max_lifetime.is_some_and(|max| self.created.elapsed() >= max) {
-            self.retire();
-        }
-        !self.is_dead() && !self.is_retired()
-    }
-
-    /// Closes the connection politely; errors are irrelevant at that point.
-    pub(crate) async fn disconnect(&self) {
-        let _ = tokio::time::timeout(
-            Duration::from_secs(2),
-            self.handle
-                .disconnect(russh::Disconnect::ByApplication, "", "en"),
-        )
-        .await;
-        // The registry may keep this session around for a while (after `close`, say): let
-        // go of the hop chain now, so its connections close once no session needs them.
-        self.hops
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-    }
-}
 
 fn russh_config(config: &Config) -> russh::client::Config {
     use russh::cipher;
@@ -295,11 +181,20 @@ where
     Ok((handle, closed))
 }
 
+/// A freshly authenticated connection, handed to the pool.
+pub(crate) struct Connection {
+    pub(crate) handle: Handle<ClientHandler>,
+    /// Set by the handler when the connection ends.
+    pub(crate) closed: Arc<AtomicBool>,
+    /// The jump-host chain this connection runs through, if any.
+    pub(crate) hops: Option<Arc<HopChain>>,
+}
+
 /// Opens, verifies and authenticates a new connection, directly or through the configured
 /// jump hosts, and pays the first-channel stall with a warm-up ping. Every step runs under
 /// `connect_timeout`; with jump hosts, each hop and the target get a budget of their own
 /// (as each `ssh` of an OpenSSH `ProxyJump` chain applies its own `ConnectTimeout`).
-pub(crate) async fn dial(config: &Config, id: u64) -> Result<Session> {
+pub(crate) async fn dial(config: &Config, hop_cache: &HopCache, id: u64) -> Result<Connection> {
     let started = Instant::now();
     let russh_config = Arc::new(russh_config(config));
     let peer = Peer::target(config);
@@ -309,7 +204,7 @@ pub(crate) async fn dial(config: &Config, id: u64) -> Result<Session> {
         let (handle, closed) = handshake(russh_config, stream, &peer, &budget).await?;
         (handle, closed, None, budget)
     } else {
-        let chain = jump::chain(config, russh_config.clone()).await?;
+        let chain = jump::chain(config, hop_cache, russh_config.clone()).await?;
         // The target's budget starts once its last hop is up.
         let budget = Budget::start(config.connect_timeout);
         let stream = chain.open(peer.host, peer.port, &budget).await?;
@@ -324,48 +219,9 @@ pub(crate) async fn dial(config: &Config, id: u64) -> Result<Session> {
 
     tracing::debug!(host = %peer.host, port = peer.port, id, hops = config.jump_hosts.len(),
         elapsed = ?started.elapsed(), "connected");
-    Ok(Session {
+    Ok(Connection {
         handle,
-        id,
-        created: Instant::now(),
         closed,
-        retired: AtomicBool::new(false),
-        slots: AtomicU32::new(0),
-        running: AtomicU32::new(0),
-        capacity: AtomicU32::new(config.channels_per_connection),
-        refused_opens: AtomicU32::new(0),
-        sftp: tokio::sync::Mutex::new(None),
-        hops: std::sync::Mutex::new(hops),
+        hops,
     })
-}
-
-/// Marks a command (from the moment it holds a slot, channel open included) or a file
-/// operation as running on a session for as long as it lives. When the last one of a retired
-/// session ends (the executor was closed, the connection reached its maximum lifetime or is
-/// being recycled), the connection is closed right away instead of waiting for the pool to
-/// reap its idle slots.
-#[derive(Debug)]
-pub(crate) struct Running(Arc<Session>);
-
-impl Running {
-    pub(crate) fn new(session: Arc<Session>) -> Self {
-        session.running.fetch_add(1, Ordering::AcqRel);
-        Running(session)
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let left = self
-            .0
-            .running
-            .fetch_sub(1, Ordering::AcqRel)
-            .saturating_sub(1);
-        if left == 0 && self.0.is_retired() {
-            let session = self.0.clone();
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(async move { session.disconnect().await });
-            }
-        }
-    }
 }

@@ -1,16 +1,14 @@
 //! The executor's own shell scripts: the exec fallbacks for paths SFTP cannot carry
-//! ([`crate::exec_fallback`]) and the remote `find` runs behind `stream_files`
-//! ([`crate::stream_files`]). They run through the same exec machinery as user commands, so
+//! ([`crate::files::exec_fallback`]) and the remote `find` runs behind `stream_files`
+//! ([`crate::files::stream_files`]). They run through the same exec machinery as user commands, so
 //! a dropped future kills them, but without the user's directory and environment settings.
 
 use std::path::Path;
 
 use crate::{
+    command::{self, ExecRequest, Execution, ExitStatus, OutputChunk, OutputSink, quote},
     error::{Error, Result},
-    exec::{self, ExecRequest},
     executor::SshExecutor,
-    output::{Execution, ExitStatus, OutputChunk, OutputSink},
-    shell::{self, quote},
 };
 
 /// Runs `script` with `stdin`, passing its output to `sink` as it arrives. It reports its
@@ -21,14 +19,14 @@ pub(crate) async fn run_script(
     stdin: Vec<u8>,
     sink: &mut OutputSink<'_>,
 ) -> Result<Execution> {
-    let marker = shell::marker_prefix(rand::random());
+    let marker = command::marker_prefix(rand::random());
     let request = ExecRequest {
-        wrapper: shell::script_request(&marker, script),
+        wrapper: command::script_request(&marker, script),
         stdin,
         marker,
         controlled: false,
     };
-    exec::execute(&executor.inner, request, None, sink).await
+    command::execute(&executor.inner, request, None, sink).await
 }
 
 /// What a finished script printed, collected through the sink (the [`Execution`] may keep

@@ -5,7 +5,7 @@
 //!    repository markers (`.ignore`, `.gitignore`, `.git`, `.jj`) in every parent directory
 //!    of the root, and those in the tree (`find -print0`, hidden directories pruned). Their
 //!    contents (and `.git/info/exclude`) are fetched over SFTP and compiled with the matcher
-//!    LocalExecutor uses ([`crate::ignore_rules`]).
+//!    LocalExecutor uses ([`crate::files::ignore_rules`]).
 //! 2. *Listing* (one exec, streamed): every regular file, hidden directories pruned, hidden
 //!    files listed so that a `!` whitelist pattern can bring them back. Each path is matched
 //!    as `ignore`'s walker would, filtered by extension, and its content read over SFTP, 16
@@ -39,12 +39,14 @@ use futures::{StreamExt, channel::mpsc as unbounded};
 use tokio::sync::mpsc;
 
 use crate::{
+    command::OutputChunk,
     error::Result,
     executor::SshExecutor,
-    file_error::{ENOENT, os_error_text},
-    ignore_rules::{Rules, Selector, plan, wants_extension},
-    output::OutputChunk,
-    script::{option_safe, quoted_path, run_collect, run_script},
+    files::{
+        error::{ENOENT, os_error_text},
+        ignore_rules::{Rules, Selector, plan, wants_extension},
+        own_script::{option_safe, quoted_path, run_collect, run_script},
+    },
 };
 
 /// File contents read at the same time while streaming.

@@ -1,0 +1,120 @@
+//! The marker line: how the remote side reports the command's process group on stderr.
+
+/// Prefix of the line the wrapper prints on stderr to report its process-group id.
+pub(crate) fn marker_prefix(nonce: u64) -> String {
+    format!("@@swiftide-ssh:{nonce:016x}:")
+}
+
+/// Splits the wrapper's marker line out of the stderr stream.
+///
+/// Bytes before the marker (a login rc file's noise) and after it pass through unchanged. If
+/// no marker shows up within 64 KiB, parsing gives up and everything passes through: the
+/// command then cannot be killed by group, which is logged.
+#[derive(Debug)]
+pub(crate) struct MarkerParser {
+    prefix: Vec<u8>,
+    pending: Vec<u8>,
+    done: bool,
+}
+
+const MARKER_SEARCH_LIMIT: usize = 64 * 1024;
+
+impl MarkerParser {
+    pub(crate) fn new(prefix: &str) -> Self {
+        Self {
+            prefix: prefix.as_bytes().to_vec(),
+            pending: Vec::new(),
+            done: false,
+        }
+    }
+
+    /// Feeds stderr bytes; returns the pgid once the marker line is complete, and the bytes
+    /// that belong to the user's stderr.
+    pub(crate) fn feed(&mut self, data: bytes::Bytes) -> (Option<u32>, Vec<bytes::Bytes>) {
+        if self.done {
+            return (None, vec![data]);
+        }
+        self.pending.extend_from_slice(&data);
+        let Some(start) = find(&self.pending, &self.prefix) else {
+            if self.pending.len() > MARKER_SEARCH_LIMIT {
+                return (None, self.give_up());
+            }
+            return (None, Vec::new());
+        };
+        let digits_start = start + self.prefix.len();
+        let Some(newline) = self
+            .pending
+            .get(digits_start..)
+            .and_then(|rest| rest.iter().position(|&b| b == b'\n'))
+            .map(|offset| digits_start + offset)
+        else {
+            return (None, Vec::new());
+        };
+        let pgid = self
+            .pending
+            .get(digits_start..newline)
+            .and_then(|digits| std::str::from_utf8(digits).ok())
+            .and_then(|digits| digits.parse::<u32>().ok());
+        let pending = std::mem::take(&mut self.pending);
+        self.done = true;
+        let mut out = Vec::new();
+        if let Some(before) = pending.get(..start).filter(|b| !b.is_empty()) {
+            out.push(bytes::Bytes::copy_from_slice(before));
+        }
+        if let Some(after) = pending.get(newline + 1..).filter(|b| !b.is_empty()) {
+            out.push(bytes::Bytes::copy_from_slice(after));
+        }
+        (pgid, out)
+    }
+
+    /// Returns whatever is still buffered (the stream ended without a marker).
+    pub(crate) fn give_up(&mut self) -> Vec<bytes::Bytes> {
+        self.done = true;
+        let pending = std::mem::take(&mut self.pending);
+        if pending.is_empty() {
+            Vec::new()
+        } else {
+            vec![bytes::Bytes::from(pending)]
+        }
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.is_empty() {
+        return Some(0);
+    }
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    #[test]
+    fn marker_is_split_out_across_packets() {
+        let mut parser = MarkerParser::new("@@m:");
+        let (pgid, out) = parser.feed(Bytes::from_static(b"rc noise\n@@m:12"));
+        assert_eq!((pgid, out.len()), (None, 0));
+        let (pgid, out) = parser.feed(Bytes::from_static(b"34\nuser err"));
+        assert_eq!(pgid, Some(1234));
+        assert_eq!(
+            out,
+            vec![
+                Bytes::from_static(b"rc noise\n"),
+                Bytes::from_static(b"user err")
+            ]
+        );
+        let (pgid, out) = parser.feed(Bytes::from_static(b"more"));
+        assert_eq!((pgid, out), (None, vec![Bytes::from_static(b"more")]));
+    }
+
+    #[test]
+    fn marker_parser_gives_up_after_limit() {
+        let mut parser = MarkerParser::new("@@m:");
+        let big = Bytes::from(vec![b'x'; MARKER_SEARCH_LIMIT + 1]);
+        let (pgid, out) = parser.feed(big.clone());
+        assert_eq!(pgid, None);
+        assert_eq!(out.concat(), big.to_vec());
+    }
+}

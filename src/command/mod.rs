@@ -1,0 +1,22 @@
+//! The remote program for one command: how the text is split ([`Program`]), quoted and
+//! wrapped ([`wrapper`]), how the remote side reports its process group ([`marker`]) and is
+//! stopped ([`supervisor`]), and the drive loop that runs it on a pooled channel ([`drive`]),
+//! producing an [`Execution`].
+
+mod drive;
+mod marker;
+mod output;
+mod program;
+mod quote;
+mod supervisor;
+mod wrapper;
+
+pub(crate) use drive::{ExecRequest, execute};
+pub(crate) use marker::marker_prefix;
+pub use output::{Execution, ExitStatus, OutputChunk, OutputSink};
+pub(crate) use program::Program;
+pub(crate) use quote::quote;
+pub(crate) use supervisor::Supervision;
+#[doc(hidden)]
+pub use wrapper::exec_request_for_benchmarks;
+pub(crate) use wrapper::{script_request, wrapper};

@@ -1,0 +1,125 @@
+//! Stopping a command: the supervisor that runs beside it in its process group, and the
+//! kill request sent from a second channel when there is no supervisor.
+
+use crate::command::quote::quote;
+
+/// How the executor will stop the command.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Supervision {
+    /// SIGKILL the group when the connection is gone.
+    pub(crate) kill_on_disconnect: bool,
+    /// Time between SIGTERM and SIGKILL on a requested kill.
+    pub(crate) grace: std::time::Duration,
+}
+
+/// The supervisor: a background job in the command's process group, reading the channel's
+/// stdin (kept on fd 3 because a background job's stdin is otherwise `/dev/null`).
+///
+/// * `K` on a line: SIGTERM to the whole group, up to `grace` for the leader to go, then
+///   SIGKILL to the group (itself included). It ignores SIGTERM so that it survives its own
+///   first signal.
+/// * EOF without `K`: sshd closed the pipe, so the connection or channel is gone. sshd
+///   itself leaves a non-PTY command running then; with `kill_on_disconnect` the supervisor
+///   SIGKILLs the group if the leader still runs. After a normal end the leader is gone and
+///   the supervisor exits quietly, so redirected background jobs survive, as under
+///   LocalExecutor.
+///
+/// Its stdout and stderr are `/dev/null`, so it never holds the channel open. It costs one
+/// forked shell per command and no polling. dash's `kill` has no `--`, hence `kill -SIG -PID`.
+pub(crate) fn supervisor_script(supervision: Supervision) -> String {
+    let polls = supervision.grace.as_millis().div_ceil(50);
+    let terminate = if polls == 0 {
+        String::new()
+    } else {
+        format!(
+            "  kill -TERM -$$ 2>/dev/null; n=0\n  \
+             while [ $n -lt {polls} ] && kill -0 $$ 2>/dev/null; do sleep 0.05; n=$((n+1)); done\n"
+        )
+    };
+    let on_disconnect = if supervision.kill_on_disconnect {
+        "elif kill -0 $$ 2>/dev/null; then\n  kill -KILL -$$\n"
+    } else {
+        ""
+    };
+    format!(
+        "exec 3<&0\n\
+         (trap '' TERM INT HUP\n\
+         \x20exec 0<&3 3<&- >/dev/null 2>&1\n\
+         \x20read -r c || c=\n\
+         \x20if [ \"$c\" = K ]; then\n\
+         {terminate}  kill -KILL -$$\n\
+         \x20{on_disconnect}\x20fi) &\n\
+         exec 3<&-\n"
+    )
+}
+
+/// The kill request run on a second channel: SIGTERM to the group, poll for up to `grace`,
+/// then SIGKILL whatever is left. With a zero grace it sends SIGKILL at once, as
+/// LocalExecutor does.
+///
+/// dash's `kill` has no `--` and reads `-s TERM -PID` as options, so the form is
+/// `kill -SIG -PID`.
+pub(crate) fn kill_request(pgid: u32, grace: std::time::Duration) -> Vec<u8> {
+    let polls = grace.as_millis().div_ceil(50);
+    let script = if polls == 0 {
+        format!("kill -KILL -{pgid} 2>/dev/null; exit 0")
+    } else {
+        format!(
+            "kill -TERM -{pgid} 2>/dev/null || exit 0\n\
+             n=0\n\
+             while kill -0 -{pgid} 2>/dev/null; do\n\
+             \x20 if [ $n -ge {polls} ]; then kill -KILL -{pgid} 2>/dev/null; exit 0; fi\n\
+             \x20 sleep 0.05; n=$((n+1))\n\
+             done\n"
+        )
+    };
+    let mut request = b"exec /bin/sh -c ".to_vec();
+    request.extend_from_slice(&quote(script.as_bytes()));
+    request
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    #[test]
+    fn kill_request_terminates_then_kills_a_group() {
+        use std::os::unix::ffi::OsStrExt;
+        // A group whose members ignore TERM.
+        let out = Command::new("setsid")
+            .args([
+                "sh",
+                "-c",
+                "trap '' TERM; sleep 30 >/dev/null 2>&1 & echo $$",
+            ])
+            .output()
+            .unwrap();
+        let pgid: u32 = String::from_utf8(out.stdout)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let alive = || {
+            Command::new("sh")
+                .arg("-c")
+                .arg(format!("kill -0 -{pgid}"))
+                .status()
+                .unwrap()
+                .success()
+        };
+        assert!(alive());
+        let request = kill_request(pgid, std::time::Duration::from_millis(200));
+        let status = Command::new("sh")
+            .arg("-c")
+            .arg(std::ffi::OsStr::from_bytes(&request))
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while alive() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(!alive(), "group {pgid} survived");
+    }
+}

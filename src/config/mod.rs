@@ -1,0 +1,82 @@
+//! Settings: [`Config`], frozen by the builder and shared by every layer, and the setting
+//! types it holds (authentication methods, host-key policy, jump hosts, environment plan),
+//! and the OpenSSH client configuration file ([`SshConfig`]) that settings can come from.
+//!
+//! This is the bottom of the crate: it imports nothing of ours but errors. What the
+//! settings *do* lives with the code that acts on them (`ssh`, `pool`, `command`).
+
+mod auth_method;
+mod env;
+mod host_key_policy;
+mod jump_host;
+pub(crate) mod ssh_config;
+
+use std::{fmt, path::PathBuf, time::Duration};
+
+pub(crate) use auth_method::expand_home;
+pub use auth_method::{AuthMethod, Secret};
+pub(crate) use env::{EnvPlan, reject_nul};
+pub use host_key_policy::HostKeyPolicy;
+pub use jump_host::JumpHost;
+pub(crate) use jump_host::{Hop, JumpTarget, resolve_hops};
+pub use ssh_config::{HostConfig, SshConfig, StrictHostKeyChecking};
+
+/// Frozen settings shared by every clone of an executor.
+#[derive(Clone)]
+pub(crate) struct Config {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) user: String,
+    pub(crate) auth: Vec<AuthMethod>,
+    pub(crate) host_key_policy: HostKeyPolicy,
+    pub(crate) workdir: Option<PathBuf>,
+    pub(crate) default_timeout: Option<Duration>,
+    pub(crate) env: EnvPlan,
+    pub(crate) max_connections: u32,
+    pub(crate) channels_per_connection: u32,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) pool_wait_timeout: Duration,
+    pub(crate) idle_timeout: Option<Duration>,
+    pub(crate) max_connection_lifetime: Option<Duration>,
+    pub(crate) keepalive_interval: Option<Duration>,
+    pub(crate) keepalive_max: usize,
+    pub(crate) kill_grace: Duration,
+    pub(crate) kill_on_disconnect: bool,
+    pub(crate) max_output_bytes: Option<usize>,
+    pub(crate) drain_timeout: Duration,
+    /// Jump hosts, client side first, with every setting decided.
+    pub(crate) jump_hosts: Vec<Hop>,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Env values may hold tokens: show names only. Auth methods redact themselves.
+        f.debug_struct("Config")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("user", &self.user)
+            .field("auth", &self.auth)
+            .field("host_key_policy", &self.host_key_policy)
+            .field("workdir", &self.workdir)
+            .field("default_timeout", &self.default_timeout)
+            .field("env_clear", &self.env.clear)
+            .field("env_remove", &self.env.remove)
+            .field(
+                "envs",
+                &self.env.set.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+            )
+            .field("max_connections", &self.max_connections)
+            .field("channels_per_connection", &self.channels_per_connection)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("pool_wait_timeout", &self.pool_wait_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("max_connection_lifetime", &self.max_connection_lifetime)
+            .field("keepalive_interval", &self.keepalive_interval)
+            .field("keepalive_max", &self.keepalive_max)
+            .field("kill_grace", &self.kill_grace)
+            .field("kill_on_disconnect", &self.kill_on_disconnect)
+            .field("max_output_bytes", &self.max_output_bytes)
+            .field("jump_hosts", &self.jump_hosts)
+            .finish()
+    }
+}

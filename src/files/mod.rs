@@ -1,0 +1,18 @@
+//! Files on the remote host: the SFTP channel each connection keeps ([`sftp`]), the typed
+//! file API on [`SshExecutor`](crate::SshExecutor) ([`remote_fs`]), atomic writes
+//! ([`atomic_write`]), the shell fallback for paths SFTP cannot carry ([`exec_fallback`]),
+//! LocalExecutor-worded file errors ([`error`]), and `stream_files` with its ignore rules
+//! ([`stream_files`], [`ignore_rules`]). The crate's own scripts (the fallback, the remote
+//! `find`) run through [`own_script`].
+
+mod atomic_write;
+mod error;
+mod exec_fallback;
+mod ignore_rules;
+mod own_script;
+mod remote_fs;
+mod sftp;
+mod stream_files;
+
+pub use remote_fs::{DirEntry, FileMetadata, FileType};
+pub(crate) use stream_files::{LoadedFile, walk_files};

@@ -1,0 +1,210 @@
+//! The registry: the connections to one host, slot placement, single-flight dialing and
+//! retirement.
+
+use std::sync::{
+    Arc, Mutex, MutexGuard,
+    atomic::{AtomicU32, AtomicU64, Ordering},
+};
+
+use crate::{
+    config::Config,
+    error::{Error, Result},
+    pool::{session::Session, slot::Slot},
+    ssh::HopCache,
+};
+
+/// Counters kept by the registry.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) dials: AtomicU64,
+    pub(crate) dial_failures: AtomicU64,
+    pub(crate) sessions_closed: AtomicU64,
+    pub(crate) channel_open_retries: AtomicU64,
+    pub(crate) sessions_recycled: AtomicU64,
+    pub(crate) commands: AtomicU64,
+    pub(crate) kills: AtomicU64,
+}
+
+/// Owns the connections to one host.
+pub(crate) struct Registry {
+    pub(crate) config: Arc<Config>,
+    sessions: Mutex<Vec<Arc<Session>>>,
+    dial_lock: tokio::sync::Mutex<()>,
+    next_id: AtomicU64,
+    last_dial_error: Mutex<Option<Arc<Error>>>,
+    /// Slots a new connection starts with: `channels_per_connection`, lowered for good once
+    /// the server has refused channels below it (so a recycled connection does not learn it
+    /// again through refusals).
+    pub(crate) learned_capacity: AtomicU32,
+    /// The jump-host connections shared by this executor's connections.
+    hop_cache: HopCache,
+    pub(crate) counters: Counters,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("sessions", &*self.lock_sessions())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Registry {
+    pub(crate) fn new(config: Arc<Config>) -> Self {
+        Self {
+            sessions: Mutex::new(Vec::new()),
+            dial_lock: tokio::sync::Mutex::new(()),
+            next_id: AtomicU64::new(1),
+            last_dial_error: Mutex::new(None),
+            learned_capacity: AtomicU32::new(config.channels_per_connection),
+            hop_cache: HopCache::default(),
+            counters: Counters::default(),
+            config,
+        }
+    }
+
+    pub(crate) fn lock_sessions(&self) -> MutexGuard<'_, Vec<Arc<Session>>> {
+        // A poisoned lock only means another thread panicked mid-update of a plain Vec.
+        self.sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Live sessions that still take new work.
+    pub(crate) fn sessions(&self) -> Vec<Arc<Session>> {
+        self.lock_sessions().clone()
+    }
+
+    /// Places a slot on the least-loaded connection with room, without I/O.
+    fn try_place(self: &Arc<Self>) -> Option<Slot> {
+        let max_lifetime = self.config.max_connection_lifetime;
+        let mut sessions = self.lock_sessions();
+        self.prune(&mut sessions);
+        let best = sessions
+            .iter()
+            .filter(|s| {
+                s.accepts_work(max_lifetime)
+                    && s.slots.load(Ordering::Acquire) < s.capacity.load(Ordering::Acquire)
+            })
+            .min_by_key(|s| s.slots.load(Ordering::Acquire))?
+            .clone();
+        best.slots.fetch_add(1, Ordering::AcqRel);
+        Some(Slot::new(best, self.clone()))
+    }
+
+    /// Drops sessions that are dead or retired and carry no slot, disconnecting them.
+    pub(crate) fn prune(&self, sessions: &mut Vec<Arc<Session>>) {
+        sessions.retain(|s| {
+            let finished = (s.is_dead() || s.is_retired()) && s.slots.load(Ordering::Acquire) == 0;
+            if finished {
+                self.counters
+                    .sessions_closed
+                    .fetch_add(1, Ordering::Relaxed);
+                spawn_disconnect(s.clone());
+            }
+            !finished
+        });
+    }
+
+    fn has_room(&self) -> bool {
+        let max_lifetime = self.config.max_connection_lifetime;
+        self.lock_sessions().iter().any(|s| {
+            s.accepts_work(max_lifetime)
+                && s.slots.load(Ordering::Acquire) < s.capacity.load(Ordering::Acquire)
+        })
+    }
+
+    fn working_sessions(&self) -> usize {
+        let max_lifetime = self.config.max_connection_lifetime;
+        self.lock_sessions()
+            .iter()
+            .filter(|s| s.accepts_work(max_lifetime))
+            .count()
+    }
+
+    /// Places a slot, dialing a new connection (single-flight) when none has room.
+    pub(crate) async fn place(self: &Arc<Self>) -> Result<Slot> {
+        if let Some(slot) = self.try_place() {
+            return Ok(slot);
+        }
+        let _dialing = self.dial_lock.lock().await;
+        if let Some(slot) = self.try_place() {
+            return Ok(slot);
+        }
+        if self.working_sessions() >= self.config.max_connections as usize {
+            return Err(Error::Config {
+                reason: "all connections are full (the server refused channels below \
+                         channels_per_connection)"
+                    .to_owned(),
+            });
+        }
+        let session = self.dial().await?;
+        session.slots.fetch_add(1, Ordering::AcqRel);
+        self.lock_sessions().push(session.clone());
+        Ok(Slot::new(session, self.clone()))
+    }
+
+    async fn dial(&self) -> Result<Arc<Session>> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.counters.dials.fetch_add(1, Ordering::Relaxed);
+        match Session::dial(&self.config, &self.hop_cache, id).await {
+            Ok(session) => {
+                let learned = self.learned_capacity.load(Ordering::Acquire);
+                session.capacity.fetch_min(learned, Ordering::AcqRel);
+                Ok(Arc::new(session))
+            }
+            Err(e) => {
+                self.counters.dial_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(host = %self.config.host, port = self.config.port, error = %e,
+                    "connection attempt failed");
+                let message = Error::Config {
+                    reason: e.to_string(),
+                };
+                if let Ok(mut last) = self.last_dial_error.lock() {
+                    *last = Some(Arc::new(message));
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Dials in the caller's task when the pool cannot serve the next request from existing
+    /// connections, so that connection errors reach the caller typed and at once.
+    pub(crate) async fn dial_if_needed(&self, idle_slots: u32) -> Result<()> {
+        if idle_slots > 0 || self.has_room() {
+            return Ok(());
+        }
+        let _dialing = self.dial_lock.lock().await;
+        if self.has_room() || self.working_sessions() >= self.config.max_connections as usize {
+            return Ok(());
+        }
+        let session = self.dial().await?;
+        self.lock_sessions().push(session);
+        Ok(())
+    }
+
+    pub(crate) fn last_dial_error(&self) -> Option<Arc<Error>> {
+        self.last_dial_error.lock().ok().and_then(|e| e.clone())
+    }
+
+    /// Marks every connection retired and disconnects those without running commands.
+    pub(crate) async fn close_all(&self) {
+        let sessions = self.sessions();
+        for session in &sessions {
+            session.retire();
+        }
+        // Idle slots in the pool do not keep a connection open; running commands do (their
+        // `Running` guard disconnects when the last one ends).
+        for session in sessions {
+            if session.running.load(Ordering::Acquire) == 0 {
+                session.disconnect().await;
+            }
+        }
+    }
+}
+
+fn spawn_disconnect(session: Arc<Session>) {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move { session.disconnect().await });
+    }
+}

@@ -1,0 +1,41 @@
+//! [`PoolStats`]: what the pool looks like right now, and what it has done.
+
+use std::time::Duration;
+
+/// A snapshot of the pool, from [`SshExecutor::pool_stats`](crate::SshExecutor::pool_stats).
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct PoolStats {
+    /// Open connections.
+    pub connections: usize,
+    /// Open connections that take no new commands and close once their running commands
+    /// end: they reached the maximum lifetime, or are being recycled.
+    pub retiring_connections: usize,
+    /// Channel slots placed on connections (busy plus idle).
+    pub slots: u32,
+    /// Slots idle in the pool.
+    pub idle_slots: u32,
+    /// Commands running right now.
+    pub busy_slots: u32,
+    /// Connections dialed so far.
+    pub dials: u64,
+    /// Dials that failed.
+    pub dial_failures: u64,
+    /// Connections closed (dead, retired or idle).
+    pub connections_closed: u64,
+    /// Channel opens the server refused and that were retried.
+    pub channel_open_retries: u64,
+    /// Connections replaced after many refused channel opens (russh keeps about 0.5 KiB per
+    /// refusal until the connection closes).
+    pub connections_recycled: u64,
+    /// Commands started.
+    pub commands: u64,
+    /// Remote process groups killed (timeouts and cancellations).
+    pub kills: u64,
+    /// Slot checkouts that had to wait.
+    pub waits: u64,
+    /// Slot checkouts that timed out.
+    pub wait_timeouts: u64,
+    /// Total time spent waiting for slots.
+    pub wait_time: Duration,
+}

@@ -1,0 +1,15 @@
+//! One authenticated SSH connection: dialing (directly or through jump hosts), the host-key
+//! check against known_hosts, and user authentication.
+//!
+//! Nothing here knows about pooling or commands; [`crate::pool`] keeps the connections this
+//! module dials.
+
+mod auth;
+mod connect;
+mod host_key;
+mod jump;
+mod known_hosts;
+
+pub(crate) use connect::dial;
+pub(crate) use host_key::ClientHandler;
+pub(crate) use jump::{HopCache, HopChain};
