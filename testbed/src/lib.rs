@@ -15,6 +15,11 @@
 //! own, reachable through a veth pair, so that a test can cut the host off the network
 //! silently ([`Testbed::cut_network`]) and restore it ([`Testbed::restore_network`]).
 //!
+//! As root, [`TestbedBuilder::login_shell`] logs in as a dedicated account whose login
+//! shell is bash, dash, zsh, mksh, BusyBox ash, fish, tcsh or any other
+//! ([`LoginShell`]), and [`TestbedBuilder::dropbear`] runs Dropbear instead of sshd, with
+//! or without an SFTP server ([`TestbedBuilder::sftp`]).
+//!
 //! Requirements: Linux (`/proc`), the OpenSSH server (`apt-get install -y
 //! openssh-server`) and client (`ssh-keygen`, `ssh`). As root, the harness creates
 //! sshd's privilege separation directory `/run/sshd` when missing; without root it can
@@ -40,11 +45,13 @@ mod process;
 mod shells;
 mod system;
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::io::Read;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -463,6 +470,8 @@ pub struct Testbed {
     paths: Paths,
     running: Option<Running>,
     pid: u32,
+    /// The processes the last [`Testbed::freeze`] stopped, for [`Testbed::thaw`].
+    frozen: Mutex<Vec<u32>>,
     scratch: TempDir,
     dir: TempDir,
     /// Dropped after sshd was killed (in `Drop::drop`).
@@ -657,6 +666,10 @@ impl Testbed {
     /// connections drop. Does nothing if already stopped.
     pub fn stop(&mut self) {
         self.running = None;
+        self.frozen
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
     }
 
     /// Starts sshd again (stopping it first if it runs) on the same port, with the same
@@ -688,6 +701,13 @@ impl Testbed {
         process::wait_stopped(&[pid], FREEZE_TIMEOUT);
         let children = process::stop_server_descendants(pid, self.server().name());
         process::wait_stopped(&children, FREEZE_TIMEOUT);
+        // Remembered for thaw(): a process that was a server process (a fork) when
+        // scanned may have exec'd the session's command (and changed its name) before
+        // the signal arrived; thaw() would no longer recognise it.
+        self.frozen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(children);
         Ok(())
     }
 
@@ -699,11 +719,14 @@ impl Testbed {
     /// [`TestbedError::Command`] if the listener cannot be signalled.
     pub fn thaw(&self) -> Result<(), TestbedError> {
         let pid = self.running_pid()?;
+        let mut pids: BTreeSet<u32> =
+            std::mem::take(&mut *self.frozen.lock().unwrap_or_else(PoisonError::into_inner))
+                .into_iter()
+                .collect();
+        pids.extend(process::server_descendants(pid, self.server().name()));
+        let pids: Vec<u32> = pids.into_iter().filter(|&p| process::is_alive(p)).collect();
         // Best effort for connection processes: they may exit at any time.
-        let _ = process::signal(
-            "CONT",
-            &process::server_descendants(pid, self.server().name()),
-        );
+        let _ = process::signal("CONT", &pids);
         process::signal("CONT", &[pid])
     }
 
@@ -930,6 +953,7 @@ impl Testbed {
             paths,
             running: None,
             pid: 0,
+            frozen: Mutex::new(Vec::new()),
             scratch,
             dir,
             network,

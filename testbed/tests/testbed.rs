@@ -1318,3 +1318,38 @@ fn dropbear_rejects_sshd_config_lines() {
         other => panic!("expected Unsupported, got {other:?}"),
     }
 }
+
+#[test]
+fn dropbear_on_ipv6_loopback_and_in_a_network_namespace() {
+    if std::net::TcpListener::bind("[::1]:0").is_ok() {
+        let Some(testbed) = root_testbed(
+            Testbed::builder()
+                .dropbear()
+                .listen_address("::1".parse().unwrap()),
+        ) else {
+            return;
+        };
+        let known_hosts = fs::read_to_string(testbed.known_hosts_path()).unwrap();
+        assert!(known_hosts.starts_with(&format!("[::1]:{} ", testbed.port())));
+        let output = testbed.run("echo v6").unwrap();
+        assert_ok(&output);
+        assert_eq!(stdout(&output), "v6\n");
+    } else {
+        eprintln!("skipping the IPv6 part: no IPv6 loopback");
+    }
+
+    let Some(testbed) = root_testbed(
+        Testbed::builder()
+            .dropbear()
+            .login_shell(LoginShell::Dash)
+            .network_namespace(true),
+    ) else {
+        return;
+    };
+    assert!(testbed.host().starts_with("10.213."));
+    assert_eq!(testbed.port(), 22);
+    let output = testbed.run("echo $0").unwrap();
+    assert_ok(&output);
+    assert_eq!(stdout(&output), "dash\n");
+    assert_host_key_is_verified(&testbed);
+}
