@@ -1,7 +1,8 @@
 //! Starts a testbed and keeps it running, for poking at it by hand:
 //!
 //! ```sh
-//! cargo run -p swiftide-ssh-testbed --example serve -- [--unprivileged] [--password] [--netns] ['sshd_config line' ...]
+//! cargo run -p swiftide-ssh-testbed --example serve -- [--unprivileged] [--password] [--netns] \
+//!     [--dropbear] [--no-sftp] [--shell bash|dash|zsh|mksh|ash|fish|tcsh|/path] ['sshd_config line' ...]
 //! ```
 //!
 //! Prints the testbed's directory and a ready-to-use `ssh` command line, then waits
@@ -10,12 +11,25 @@
 use std::time::Duration;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    use swiftide_ssh_testbed::LoginShell;
+
     let mut builder = swiftide_ssh_testbed::Testbed::builder();
-    for arg in std::env::args().skip(1) {
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
         builder = match arg.as_str() {
             "--unprivileged" => builder.unprivileged_user(),
             "--password" => builder.password_auth(true),
             "--netns" => builder.network_namespace(true),
+            "--dropbear" => builder.dropbear(),
+            "--no-sftp" => builder.sftp(false),
+            "--shell" => {
+                let name = args.next().ok_or("--shell needs a shell name or path")?;
+                let shell = LoginShell::ALL
+                    .into_iter()
+                    .find(|shell| shell.name() == name)
+                    .unwrap_or_else(|| LoginShell::Custom(name.into()));
+                builder.login_shell(shell)
+            }
             line => builder.sshd_config_line(line),
         };
     }

@@ -16,6 +16,8 @@ pub(crate) struct ConfigParams<'a> {
     pub(crate) max_startups: &'a str,
     pub(crate) user: &'a str,
     pub(crate) testbed_id: &'a str,
+    /// Whether to offer the `sftp` subsystem (`internal-sftp`).
+    pub(crate) sftp: bool,
     /// `ClientAliveInterval` and `ClientAliveCountMax`, when set.
     pub(crate) client_alive: Option<(u32, u32)>,
     pub(crate) extra_lines: &'a [String],
@@ -110,7 +112,6 @@ pub(crate) fn render(params: &ConfigParams<'_>) -> String {
             }
             .to_owned(),
         ),
-        ("Subsystem", "sftp internal-sftp".to_owned()),
         ("MaxSessions", params.max_sessions.to_string()),
         ("MaxStartups", params.max_startups.to_owned()),
         ("LogLevel", "VERBOSE".to_owned()),
@@ -119,6 +120,9 @@ pub(crate) fn render(params: &ConfigParams<'_>) -> String {
         ("UseDNS", "no".to_owned()),
         ("AllowUsers", params.user.to_owned()),
     ];
+    if params.sftp {
+        defaults.push(("Subsystem", "sftp internal-sftp".to_owned()));
+    }
     if let Some((interval, count_max)) = params.client_alive {
         defaults.push(("ClientAliveInterval", interval.to_string()));
         defaults.push(("ClientAliveCountMax", count_max.to_string()));
@@ -159,6 +163,7 @@ mod tests {
             max_startups: "10:30:100",
             user: "root",
             testbed_id: "tb",
+            sftp: true,
             client_alive: None,
             extra_lines: extra,
         })
@@ -224,6 +229,7 @@ mod tests {
             max_startups: "10:30:100",
             user: "root",
             testbed_id: "tb",
+            sftp: true,
             client_alive: Some((1, 2)),
             extra_lines: &[],
         };

@@ -53,6 +53,20 @@ pub enum TestbedError {
     },
     /// The operation needs a running sshd, but the testbed was stopped.
     NotRunning,
+    /// A program the requested setup needs (Dropbear, `dropbearkey`, a login shell,
+    /// BusyBox, the SFTP server) is not installed.
+    ProgramNotFound {
+        /// Where it was looked for.
+        path: PathBuf,
+        /// How to install it.
+        hint: String,
+    },
+    /// The combination of settings is not supported (for example
+    /// [`sshd_config_line`](crate::TestbedBuilder::sshd_config_line) with Dropbear).
+    Unsupported {
+        /// What is not supported, and why.
+        what: String,
+    },
     /// The operation ([`Testbed::cut_network`](crate::Testbed::cut_network), ...) needs a
     /// testbed started with
     /// [`network_namespace(true)`](crate::TestbedBuilder::network_namespace).
@@ -112,6 +126,10 @@ impl fmt::Display for TestbedError {
                     write!(f, "; sshd log:\n{}", log.trim_end())
                 }
             }
+            Self::ProgramNotFound { path, hint } => {
+                write!(f, "{} not found; {hint}", path.display())
+            }
+            Self::Unsupported { what } => write!(f, "not supported: {what}"),
             Self::NotRunning => write!(
                 f,
                 "the testbed's sshd is not running (it was stopped); call restart() first"

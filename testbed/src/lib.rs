@@ -15,6 +15,11 @@
 //! own, reachable through a veth pair, so that a test can cut the host off the network
 //! silently ([`Testbed::cut_network`]) and restore it ([`Testbed::restore_network`]).
 //!
+//! As root, [`TestbedBuilder::login_shell`] logs in as a dedicated account whose login
+//! shell is bash, dash, zsh, mksh, BusyBox ash, fish, tcsh or any other
+//! ([`LoginShell`]), and [`TestbedBuilder::dropbear`] runs Dropbear instead of sshd, with
+//! or without an SFTP server ([`TestbedBuilder::sftp`]).
+//!
 //! Requirements: Linux (`/proc`), the OpenSSH server (`apt-get install -y
 //! openssh-server`) and client (`ssh-keygen`, `ssh`). As root, the harness creates
 //! sshd's privilege separation directory `/run/sshd` when missing; without root it can
@@ -33,22 +38,28 @@
 //! ```
 
 mod config;
+mod dropbear;
 mod error;
 mod netns;
 mod process;
+mod shells;
 mod system;
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::io::Read;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
+pub use dropbear::{DEFAULT_DROPBEAR_PATH, DROPBEAR_SFTP_SERVER_PATH};
 pub use error::TestbedError;
+pub use shells::{LOGIN_SHELL_USER_PREFIX, LoginShell, TESTBED_LIB_DIR};
 
 /// The environment variable sshd sets (to `1`) in every session of a testbed, via
 /// `SetEnv`. Lets tests check that a command really ran through the testbed's sshd.
@@ -89,6 +100,28 @@ const PORT_ATTEMPTS: u32 = 5;
 /// How many times a restart on the same port is tried when the port is busy.
 const RESTART_ATTEMPTS: u32 = 3;
 
+/// The SSH server a testbed runs (see [`TestbedBuilder::server`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Server {
+    /// OpenSSH's `sshd` (the default).
+    #[default]
+    OpenSsh,
+    /// Dropbear (`/usr/sbin/dropbear`, Debian package `dropbear-bin`).
+    Dropbear,
+}
+
+impl Server {
+    /// `"sshd"` or `"dropbear"`: the server's program name, which is also how its
+    /// processes are called in `/proc/<pid>/comm` (per-connection processes included).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::OpenSsh => "sshd",
+            Self::Dropbear => "dropbear",
+        }
+    }
+}
+
 /// Configures a [`Testbed`]; created by [`Testbed::builder`].
 #[derive(Debug, Clone)]
 #[must_use]
@@ -102,6 +135,9 @@ pub struct TestbedBuilder {
     network_namespace: bool,
     client_alive: Option<(u32, u32)>,
     extra_lines: Vec<String>,
+    server: Server,
+    sftp: bool,
+    login_shell: Option<LoginShell>,
 }
 
 impl Default for TestbedBuilder {
@@ -116,6 +152,9 @@ impl Default for TestbedBuilder {
             network_namespace: false,
             client_alive: None,
             extra_lines: Vec::new(),
+            server: Server::OpenSsh,
+            sftp: true,
+            login_shell: None,
         }
     }
 }
@@ -241,14 +280,100 @@ impl TestbedBuilder {
         self
     }
 
+    /// Log in as a dedicated account whose login shell is `shell`, so that commands run
+    /// through that shell (`<shell> -c <command>`): [`LoginShell::account_name`], e.g.
+    /// `swiftide-sh-fish`. [`Testbed::user`] returns it, [`Testbed::login_shell`] the
+    /// shell. Takes precedence over [`unprivileged_user`](Self::unprivileged_user).
+    ///
+    /// Requires root (else [`start`](Self::start) fails with [`TestbedError::NotRoot`]).
+    /// The account is created when missing, and repaired when it differs (one account
+    /// per shell, shared by all testbeds and test processes; changes happen under an
+    /// exclusive `flock` on `/run/lock/swiftide-ssh-testbed-accounts.lock`):
+    ///
+    /// - login shell `shell`, also added to `/etc/shells` if missing (Dropbear refuses
+    ///   shells not listed there); for [`LoginShell::BusyboxAsh`] a symbolic link
+    ///   `/usr/local/lib/swiftide-testbed/ash` to `busybox`;
+    /// - password field `*` (no password login, but not locked as `!` would be: OpenSSH
+    ///   without PAM refuses locked accounts even for keys);
+    /// - home `/home/<account>` (0755) with empty start-up files (`.profile`, `.bashrc`,
+    ///   `.zshrc`, `.zshenv`, `.mkshrc`, `.cshrc`, `.tcshrc`, `.login`,
+    ///   `.config/fish/config.fish`, ...), so the shells print nothing;
+    /// - `~/.ssh` (0700) with `authorized_keys` (0600), owned by the account, holding the
+    ///   testbed's authorized client keys (Dropbear only reads this file; sshd still
+    ///   uses the testbed's own file). Each line is tagged with the owning test process;
+    ///   lines of processes that have exited are removed on the next update.
+    ///
+    /// [`password_auth`](Self::password_auth) does not help: the account has no password.
+    ///
+    /// Defaults to no dedicated account (see [`Testbed::user`]).
+    pub fn login_shell(mut self, shell: LoginShell) -> Self {
+        self.login_shell = Some(shell);
+        self
+    }
+
+    /// The SSH server to run.
+    ///
+    /// [`Server::Dropbear`] requires root (else [`start`](Self::start) fails with
+    /// [`TestbedError::NotRoot`]) and runs `/usr/sbin/dropbear -F -E -e -m -s -P
+    /// <dir>/dropbear.pid -r <dir>/dropbear_ed25519_host_key -p 127.0.0.1:<port>` with a
+    /// fresh ed25519 host key made by `dropbearkey`. Dropbear only reads
+    /// `~/.ssh/authorized_keys` and cannot log in as root without editing root's, so it
+    /// never logs in as root: it logs in as the [login shell](Self::login_shell) account
+    /// if one is set, otherwise as [`UNPRIVILEGED_USER`] (as if
+    /// [`unprivileged_user`](Self::unprivileged_user) had been called); the testbed's
+    /// keys are added to that account's `~/.ssh/authorized_keys`.
+    ///
+    /// With Dropbear, [`password_auth`](Self::password_auth) drops `-s` (password logins
+    /// allowed), [`client_alive`](Self::client_alive) becomes `-K <interval>` (Dropbear
+    /// gives up after 3 unanswered keepalives, whatever `count_max` says),
+    /// [`max_sessions`](Self::max_sessions) and [`max_startups`](Self::max_startups) are
+    /// ignored, and [`sshd_config_line`](Self::sshd_config_line) makes `start` fail with
+    /// [`TestbedError::Unsupported`]. Sessions get the testbed variables
+    /// ([`TESTBED_ENV_VAR`], [`TESTBED_ID_ENV_VAR`], `SHLVL=1`) because Dropbear starts
+    /// with exactly those in its environment and `-e` passes it on.
+    ///
+    /// Defaults to [`Server::OpenSsh`].
+    pub fn server(mut self, server: Server) -> Self {
+        self.server = server;
+        self
+    }
+
+    /// Shorthand for [`server(Server::Dropbear)`](Self::server).
+    pub fn dropbear(self) -> Self {
+        self.server(Server::Dropbear)
+    }
+
+    /// Whether the server offers the `sftp` subsystem.
+    ///
+    /// - OpenSSH: `Subsystem sftp internal-sftp`, or no `Subsystem` line at all (sshd
+    ///   then refuses the subsystem request).
+    /// - Dropbear runs [`DROPBEAR_SFTP_SERVER_PATH`] (`/usr/lib/sftp-server`, compiled
+    ///   in; package `openssh-sftp-server`) for every `sftp` subsystem request and has no
+    ///   option to turn that off. With `sftp(true)` the file must exist. With
+    ///   `sftp(false)` Dropbear runs in a private mount namespace (`unshare --mount
+    ///   --propagation private`) in which `/dev/null` is bind-mounted over the SFTP
+    ///   server, so the subsystem's command cannot be executed: the channel closes at
+    ///   once with exit status 126 (and `sftp` reports "Connection closed").
+    ///   The rest of the file system looks the same to sessions.
+    ///
+    /// Defaults to `true`.
+    pub fn sftp(mut self, enabled: bool) -> Self {
+        self.sftp = enabled;
+        self
+    }
+
     /// Sets up the keys, accounts and configuration, starts sshd and waits until it
     /// sends its SSH banner.
     ///
     /// # Errors
     ///
     /// [`TestbedError::SshdNotFound`] without an sshd binary,
-    /// [`TestbedError::NotRoot`] for [`TestbedBuilder::unprivileged_user`] or
+    /// [`TestbedError::ProgramNotFound`] without Dropbear, `dropbearkey`, the login
+    /// shell, BusyBox or Dropbear's SFTP server when they are needed,
+    /// [`TestbedError::NotRoot`] for [`TestbedBuilder::unprivileged_user`],
+    /// [`TestbedBuilder::login_shell`], [`TestbedBuilder::dropbear`] or
     /// [`TestbedBuilder::network_namespace`] without root,
+    /// [`TestbedError::Unsupported`] for `sshd_config` lines with Dropbear,
     /// [`TestbedError::MissingPrivsepDir`] when `/run/sshd` is missing and cannot be
     /// created, [`TestbedError::StartFailed`] (with sshd's log) when sshd exits or does
     /// not answer within 10 s, [`TestbedError::Command`]/[`TestbedError::Io`] when a
@@ -274,13 +399,18 @@ struct Paths {
 }
 
 impl Paths {
-    fn new(dir: &Path) -> Self {
+    fn new(dir: &Path, server: Server) -> Self {
+        let (log, pid, host_key) = match server {
+            Server::OpenSsh => ("sshd.log", "sshd.pid", "ssh_host_ed25519_key"),
+            // Dropbear logs to its standard error, which goes to the log file.
+            Server::Dropbear => ("dropbear.log", "dropbear.pid", "dropbear_ed25519_host_key"),
+        };
         Self {
             config: dir.join("sshd_config"),
-            log: dir.join("sshd.log"),
+            log: dir.join(log),
             stderr: dir.join("sshd.stderr"),
-            pid: dir.join("sshd.pid"),
-            host_key: dir.join("ssh_host_ed25519_key"),
+            pid: dir.join(pid),
+            host_key: dir.join(host_key),
             authorized_keys: dir.join("authorized_keys"),
             known_hosts: dir.join("known_hosts"),
             client_key: dir.join("id_ed25519"),
@@ -327,14 +457,21 @@ enum LaunchError {
 pub struct Testbed {
     settings: TestbedBuilder,
     id: String,
+    /// The server binary (sshd or dropbear).
     sshd: PathBuf,
     port: u16,
     user: String,
     root_login: bool,
+    /// The login shell of `user`, as in `/etc/passwd`, with `login_shell`.
+    login_shell_path: Option<PathBuf>,
+    /// Dropbear without SFTP: the file to hide behind `/dev/null`.
+    hide_sftp_server: Option<PathBuf>,
     host_public_key: String,
     paths: Paths,
     running: Option<Running>,
     pid: u32,
+    /// The processes the last [`Testbed::freeze`] stopped, for [`Testbed::thaw`].
+    frozen: Mutex<Vec<u32>>,
     scratch: TempDir,
     dir: TempDir,
     /// Dropped after sshd was killed (in `Drop::drop`).
@@ -374,7 +511,10 @@ impl Testbed {
         self.port
     }
 
-    /// The user to log in as: the current user, or [`UNPRIVILEGED_USER`].
+    /// The user to log in as: the [login shell](TestbedBuilder::login_shell) account
+    /// (`swiftide-sh-<shell>`) if one was chosen, otherwise [`UNPRIVILEGED_USER`] with
+    /// [`unprivileged_user`](TestbedBuilder::unprivileged_user) or
+    /// [Dropbear](TestbedBuilder::dropbear), otherwise the current user.
     pub fn user(&self) -> &str {
         &self.user
     }
@@ -382,6 +522,27 @@ impl Testbed {
     /// Whether [`Testbed::user`] is root.
     pub fn is_root_login(&self) -> bool {
         self.root_login
+    }
+
+    /// The login shell chosen with [`TestbedBuilder::login_shell`], if any.
+    pub fn login_shell(&self) -> Option<&LoginShell> {
+        self.settings.login_shell.as_ref()
+    }
+
+    /// The login shell of [`Testbed::user`] as written in `/etc/passwd` (for
+    /// [`LoginShell::BusyboxAsh`] the `ash` link), if a login shell was chosen.
+    pub fn login_shell_path(&self) -> Option<&Path> {
+        self.login_shell_path.as_deref()
+    }
+
+    /// The SSH server the testbed runs.
+    pub fn server(&self) -> Server {
+        self.settings.server
+    }
+
+    /// Whether the server offers the `sftp` subsystem (see [`TestbedBuilder::sftp`]).
+    pub fn sftp_enabled(&self) -> bool {
+        self.settings.sftp
     }
 
     /// An unencrypted ed25519 client key (OpenSSH format, mode 0600, `.pub` next to it)
@@ -427,12 +588,13 @@ impl Testbed {
     }
 
     /// The contents of sshd's log file (`LogLevel VERBOSE`, appended to across
-    /// restarts), with `\n` line ends.
+    /// restarts), with `\n` line ends. For Dropbear: what it logged to its standard
+    /// error (`dropbear.log` in the [directory](Testbed::dir)).
     pub fn sshd_log(&self) -> String {
         read_from(&self.paths.log, 0)
     }
 
-    /// The pid of the sshd listener (of the last one, once stopped).
+    /// The pid of the sshd (or Dropbear) listener (of the last one, once stopped).
     pub fn sshd_pid(&self) -> u32 {
         self.pid
     }
@@ -504,6 +666,10 @@ impl Testbed {
     /// connections drop. Does nothing if already stopped.
     pub fn stop(&mut self) {
         self.running = None;
+        self.frozen
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
     }
 
     /// Starts sshd again (stopping it first if it runs) on the same port, with the same
@@ -533,8 +699,15 @@ impl Testbed {
         // The listener must really be stopped before its children are collected, or it
         // could still fork one that escapes the scan.
         process::wait_stopped(&[pid], FREEZE_TIMEOUT);
-        let children = process::stop_sshd_descendants(pid);
+        let children = process::stop_server_descendants(pid, self.server().name());
         process::wait_stopped(&children, FREEZE_TIMEOUT);
+        // Remembered for thaw(): a process that was a server process (a fork) when
+        // scanned may have exec'd the session's command (and changed its name) before
+        // the signal arrived; thaw() would no longer recognise it.
+        self.frozen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(children);
         Ok(())
     }
 
@@ -546,8 +719,14 @@ impl Testbed {
     /// [`TestbedError::Command`] if the listener cannot be signalled.
     pub fn thaw(&self) -> Result<(), TestbedError> {
         let pid = self.running_pid()?;
+        let mut pids: BTreeSet<u32> =
+            std::mem::take(&mut *self.frozen.lock().unwrap_or_else(PoisonError::into_inner))
+                .into_iter()
+                .collect();
+        pids.extend(process::server_descendants(pid, self.server().name()));
+        let pids: Vec<u32> = pids.into_iter().filter(|&p| process::is_alive(p)).collect();
         // Best effort for connection processes: they may exit at any time.
-        let _ = process::signal("CONT", &process::sshd_descendants(pid));
+        let _ = process::signal("CONT", &pids);
         process::signal("CONT", &[pid])
     }
 
@@ -615,10 +794,11 @@ impl Testbed {
 
     /// The pids of the living per-connection sshd processes: the sshd processes below
     /// the listener (found through the parent pids in `/proc/*/stat`, recursively,
-    /// including the privilege-separated children). Empty when stopped.
+    /// including the privilege-separated children). Empty when stopped. For Dropbear:
+    /// the `dropbear` processes below the listener (one per connection).
     pub fn connection_pids(&self) -> Vec<u32> {
         match &self.running {
-            Some(running) => process::sshd_descendants(running.child.id()),
+            Some(running) => process::server_descendants(running.child.id(), self.server().name()),
             None => Vec::new(),
         }
     }
@@ -636,17 +816,59 @@ impl Testbed {
     }
 
     fn launch_new(mut settings: TestbedBuilder) -> Result<Testbed, TestbedError> {
-        let sshd = sshd_path()?;
+        let dropbear = settings.server == Server::Dropbear;
+        let sshd = if dropbear {
+            dropbear::dropbear_path()?
+        } else {
+            sshd_path()?
+        };
         let uid = system::effective_uid()?;
-        if settings.network_namespace && uid != 0 {
-            return Err(TestbedError::NotRoot {
-                what: "running sshd in a network namespace (network_namespace(true))".to_owned(),
+        let root_only = [
+            (
+                settings.network_namespace,
+                "running sshd in a network namespace (network_namespace(true))".to_owned(),
+            ),
+            (
+                dropbear,
+                "running Dropbear (it logs in as a dedicated account)".to_owned(),
+            ),
+            (
+                settings.login_shell.is_some(),
+                "logging in as a login shell account (login_shell(..))".to_owned(),
+            ),
+        ];
+        if uid != 0
+            && let Some((_, what)) = root_only.into_iter().find(|(needed, _)| *needed)
+        {
+            return Err(TestbedError::NotRoot { what });
+        }
+        if dropbear && !settings.extra_lines.is_empty() {
+            return Err(TestbedError::Unsupported {
+                what: "sshd_config lines (sshd_config_line) with Dropbear".to_owned(),
             });
         }
-        if uid == 0 {
+        let hide_sftp_server = match (dropbear, settings.sftp) {
+            (false, _) => None,
+            (true, true) => {
+                if dropbear::sftp_server().is_none() {
+                    return Err(dropbear::sftp_server_missing());
+                }
+                None
+            }
+            // Nothing to hide if it does not exist.
+            (true, false) => dropbear::sftp_server(),
+        };
+        if uid == 0 && !dropbear {
             ensure_privsep_dir()?;
         }
-        let (user, root_login) = if settings.unprivileged {
+        let keys = system::client_keys()?;
+        let authorized_keys = [keys.plain.public.clone(), keys.encrypted.public.clone()];
+        let (user, root_login, login_shell_path) = if let Some(shell) = &settings.login_shell {
+            let path = shell.resolve()?;
+            let name = shell.account_name();
+            let user_uid = shells::ensure_login_account(&name, &path, &authorized_keys)?;
+            (name, user_uid == 0, Some(path))
+        } else if settings.unprivileged || dropbear {
             if uid != 0 {
                 return Err(TestbedError::NotRoot {
                     what: format!(
@@ -656,9 +878,12 @@ impl Testbed {
                 });
             }
             let user_uid = system::ensure_unprivileged_user()?;
-            (UNPRIVILEGED_USER.to_owned(), user_uid == 0)
+            if dropbear {
+                shells::ensure_home_keys(UNPRIVILEGED_USER, &authorized_keys)?;
+            }
+            (UNPRIVILEGED_USER.to_owned(), user_uid == 0, None)
         } else {
-            (system::user_name(uid)?, uid == 0)
+            (system::user_name(uid)?, uid == 0, None)
         };
 
         let dir = tempfile::Builder::new()
@@ -668,21 +893,24 @@ impl Testbed {
         // The login user must be able to read authorized_keys (sshd reads it with the
         // user's privileges).
         system::chmod(dir.path(), 0o755)?;
-        let paths = Paths::new(dir.path());
+        let paths = Paths::new(dir.path(), settings.server);
         let id = dir
             .path()
             .file_name()
             .map(|name| name.to_string_lossy().into_owned())
             .unwrap_or_default();
 
-        let host_key = system::generate_key(&paths.host_key, "swiftide-ssh-testbed-host")?;
-        let host_public_key = host_key
-            .public
-            .split_whitespace()
-            .take(2)
-            .collect::<Vec<_>>()
-            .join(" ");
-        let keys = system::client_keys()?;
+        let host_public_key = if dropbear {
+            dropbear::generate_host_key(&paths.host_key)?
+        } else {
+            let host_key = system::generate_key(&paths.host_key, "swiftide-ssh-testbed-host")?;
+            host_key
+                .public
+                .split_whitespace()
+                .take(2)
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
         keys.plain.write(&paths.client_key)?;
         keys.encrypted.write(&paths.encrypted_key)?;
         keys.unauthorized.write(&paths.unauthorized_key)?;
@@ -719,10 +947,13 @@ impl Testbed {
             sshd,
             user,
             root_login,
+            login_shell_path,
+            hide_sftp_server,
             host_public_key,
             paths,
             running: None,
             pid: 0,
+            frozen: Mutex::new(Vec::new()),
             scratch,
             dir,
             network,
@@ -746,7 +977,9 @@ impl Testbed {
             if ephemeral {
                 self.port = free_port(self.settings.listen_address)?;
             }
-            self.write_config()?;
+            if self.server() == Server::OpenSsh {
+                self.write_config()?;
+            }
             match self.spawn_and_wait() {
                 Ok(running) => {
                     self.pid = running.child.id();
@@ -775,6 +1008,7 @@ impl Testbed {
             max_startups: &self.settings.max_startups,
             user: &self.user,
             testbed_id: &self.id,
+            sftp: self.settings.sftp,
             client_alive: self.settings.client_alive,
             extra_lines: &self.settings.extra_lines,
         });
@@ -817,24 +1051,65 @@ impl Testbed {
                     e,
                 ))
             })?;
+        let addr = SocketAddr::new(self.settings.listen_address, self.port);
+        let (program, args) = match self.server() {
+            Server::OpenSsh => (
+                self.sshd.clone(),
+                vec![
+                    "-D".into(),
+                    "-e".into(),
+                    "-f".into(),
+                    self.paths.config.clone().into_os_string(),
+                    "-E".into(),
+                    self.paths.log.clone().into_os_string(),
+                ],
+            ),
+            Server::Dropbear => {
+                let (program, args) = dropbear::program_and_args(&dropbear::DropbearParams {
+                    dropbear: &self.sshd,
+                    address: addr,
+                    host_key: &self.paths.host_key,
+                    pid_file: &self.paths.pid,
+                    password_auth: self.settings.password_auth,
+                    keepalive: self
+                        .settings
+                        .client_alive
+                        .filter(|&(interval, count)| interval > 0 && count > 0)
+                        .map(|(interval, _)| interval),
+                    hide_sftp_server: self.hide_sftp_server.as_deref(),
+                });
+                (program, args.into_iter().map(Into::into).collect())
+            }
+        };
         let mut command = match &self.network {
-            Some(network) => network.exec_command(&self.sshd),
-            None => Command::new(&self.sshd),
+            Some(network) => network.exec_command(&program),
+            None => Command::new(&program),
+        };
+        command.args(&args);
+        let stderr = if self.server() == Server::Dropbear {
+            // Dropbear logs to its standard error (-E): straight into the log file.
+            command.env_clear().envs(dropbear::environment(&self.id));
+            fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&self.paths.log)
+                .map_err(|e| {
+                    LaunchError::Other(TestbedError::io(
+                        format!("opening {}", self.paths.log.display()),
+                        e,
+                    ))
+                })?
+        } else {
+            stderr
         };
         let child = command
-            .arg("-D")
-            .arg("-e")
-            .arg("-f")
-            .arg(&self.paths.config)
-            .arg("-E")
-            .arg(&self.paths.log)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)
             .spawn()
             .map_err(|e| {
                 LaunchError::Other(TestbedError::io(
-                    format!("starting {}", self.sshd.display()),
+                    format!("starting {}", program.display()),
                     e,
                 ))
             })?;
@@ -844,31 +1119,37 @@ impl Testbed {
             &[self.dir.path(), self.scratch.path()],
         );
         let mut running = Running { child, watchdog };
-        let addr = SocketAddr::new(self.settings.listen_address, self.port);
+        let name = self.server().name();
+        let ready_line = match self.server() {
+            Server::OpenSsh => "Server listening on",
+            Server::Dropbear => dropbear::READY_LINE,
+        };
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             match running.child.try_wait() {
                 Ok(None) => {}
                 Ok(Some(status)) => {
                     let log = self.log_since(log_offset, stderr_offset);
-                    return Err(classify_exit(&status.to_string(), log));
+                    return Err(classify_exit(name, &status.to_string(), log));
                 }
                 Err(e) => {
-                    return Err(LaunchError::Other(TestbedError::io("waiting for sshd", e)));
+                    return Err(LaunchError::Other(TestbedError::io(
+                        format!("waiting for {name}"),
+                        e,
+                    )));
                 }
             }
-            // "Server listening on" proves that *this* sshd bound the port (a banner
-            // alone could come from another process that grabbed it).
-            if read_from(&self.paths.log, log_offset).contains("Server listening on")
-                && probe_banner(addr)
-            {
+            // "Server listening on" (Dropbear: "Not backgrounding", logged only once its
+            // sockets are bound) proves that *this* server bound the port (a banner alone
+            // could come from another process that grabbed it).
+            if read_from(&self.paths.log, log_offset).contains(ready_line) && probe_banner(addr) {
                 break;
             }
             if Instant::now() > deadline {
                 drop(running);
                 return Err(LaunchError::Other(TestbedError::StartFailed {
                     reason: format!(
-                        "sshd did not send its banner on {addr} within {} s",
+                        "{name} did not send its banner on {addr} within {} s",
                         READY_TIMEOUT.as_secs()
                     ),
                     log: self.log_since(log_offset, stderr_offset),
@@ -880,7 +1161,9 @@ impl Testbed {
         // out empty.
         let pid = running.child.id();
         let deadline = Instant::now() + Duration::from_secs(2);
-        while !process::sshd_descendants(pid).is_empty() && Instant::now() < deadline {
+        while !process::server_descendants(pid, self.server().name()).is_empty()
+            && Instant::now() < deadline
+        {
             thread::sleep(Duration::from_millis(5));
         }
         Ok(running)
@@ -899,10 +1182,10 @@ impl Drop for Testbed {
 }
 
 /// Turns an early sshd exit into an error.
-fn classify_exit(status: &str, log: String) -> LaunchError {
+fn classify_exit(name: &str, status: &str, log: String) -> LaunchError {
     if log.contains("Address already in use") {
         LaunchError::AddrInUse(TestbedError::StartFailed {
-            reason: format!("sshd could not bind its port ({status})"),
+            reason: format!("{name} could not bind its port ({status})"),
             log,
         })
     } else if log.contains("Missing privilege separation directory") {
@@ -911,7 +1194,7 @@ fn classify_exit(status: &str, log: String) -> LaunchError {
         })
     } else {
         LaunchError::Other(TestbedError::StartFailed {
-            reason: format!("sshd exited with {status}"),
+            reason: format!("{name} exited with {status}"),
             log,
         })
     }

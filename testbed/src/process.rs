@@ -90,20 +90,30 @@ fn descendants(root: u32) -> Vec<(u32, String)> {
     result
 }
 
-/// Whether a process name belongs to sshd (`sshd`, or `sshd-session`/`sshd-auth` in
-/// OpenSSH 9.8 and later).
-fn is_sshd(comm: &str) -> bool {
-    comm.starts_with("sshd")
-}
-
-/// Living sshd processes below `root`: the per-connection processes and their privilege
-/// separated children.
-pub(crate) fn sshd_descendants(root: u32) -> Vec<u32> {
+/// Living processes below `root` whose command name starts with `prefix`: a server's
+/// per-connection processes, not the commands they run. For OpenSSH (`sshd`) that is
+/// the per-connection processes and their privilege separated children (`sshd`, or
+/// `sshd-session`/`sshd-auth` in OpenSSH 9.8 and later); for Dropbear (`dropbear`) one
+/// process per connection.
+pub(crate) fn server_descendants(root: u32, prefix: &str) -> Vec<u32> {
     descendants(root)
         .into_iter()
-        .filter(|(_, comm)| is_sshd(comm))
+        .filter(|(_, comm)| comm.starts_with(prefix))
         .map(|(pid, _)| pid)
         .collect()
+}
+
+/// When `pid` started (field 22 of `/proc/<pid>/stat`, in clock ticks since boot); with
+/// the pid, it identifies a process for good (pids are reused, start times are not).
+pub(crate) fn start_time(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let close = stat.rfind(')')?;
+    // After "(comm)": state is field 3, so start time (field 22) is the 20th word.
+    stat.get(close + 1..)?
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
 }
 
 /// Whether `pid` exists and is not a zombie.
@@ -149,13 +159,13 @@ pub(crate) fn wait_stopped(pids: &[u32], timeout: Duration) {
     }
 }
 
-/// Stops (SIGSTOP) every living sshd process below `root` until no new ones show up,
-/// and returns them. `root` itself must already be stopped, so that it cannot accept
-/// new connections meanwhile.
-pub(crate) fn stop_sshd_descendants(root: u32) -> Vec<u32> {
+/// Stops (SIGSTOP) every living server process (command name starting with `prefix`)
+/// below `root` until no new ones show up, and returns them. `root` itself must already
+/// be stopped, so that it cannot accept new connections meanwhile.
+pub(crate) fn stop_server_descendants(root: u32, prefix: &str) -> Vec<u32> {
     let mut stopped = BTreeSet::new();
     for _ in 0..20 {
-        let new: Vec<u32> = sshd_descendants(root)
+        let new: Vec<u32> = server_descendants(root, prefix)
             .into_iter()
             .filter(|pid| !stopped.contains(pid))
             .collect();

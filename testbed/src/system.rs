@@ -48,6 +48,17 @@ pub(crate) fn sbin_tool(name: &str) -> PathBuf {
     }
 }
 
+/// `unshare` (util-linux): `/usr/bin/unshare` when it exists, otherwise looked up on
+/// `PATH`.
+pub(crate) fn unshare_path() -> PathBuf {
+    let path = Path::new("/usr/bin/unshare");
+    if path.is_file() {
+        path.to_owned()
+    } else {
+        PathBuf::from("unshare")
+    }
+}
+
 /// The effective uid of this process, from `/proc/self/status`.
 pub(crate) fn effective_uid() -> Result<u32, TestbedError> {
     let status = fs::read_to_string("/proc/self/status")
@@ -175,6 +186,23 @@ pub(crate) fn chown(path: &Path, user: &str) -> Result<(), TestbedError> {
     run_checked(
         Command::new("chown").arg(format!("{user}:")).arg(path),
         &format!("`chown {user}: {}`", path.display()),
+    )
+    .map(drop)
+}
+
+/// Changes the owner of every path to `user` and its login group (`chown -h`: symbolic
+/// links themselves, never their targets).
+pub(crate) fn chown_many(paths: &[PathBuf], user: &str) -> Result<(), TestbedError> {
+    if paths.is_empty() {
+        return Ok(());
+    }
+    run_checked(
+        Command::new("chown")
+            .arg("-h")
+            .arg(format!("{user}:"))
+            .arg("--")
+            .args(paths),
+        &format!("`chown -h {user}:` for {} paths", paths.len()),
     )
     .map(drop)
 }

@@ -742,3 +742,614 @@ fn cutting_requires_a_network_namespace() {
         Err(TestbedError::NoNetworkNamespace)
     ));
 }
+
+// ---------------------------------------------------------------------------------------
+// Login shells and Dropbear.
+
+use swiftide_ssh_testbed::{DROPBEAR_SFTP_SERVER_PATH, LoginShell, Server, TestbedBuilder};
+
+/// Starts a testbed that needs root; `None` (with a message on stderr) without root.
+fn root_testbed(builder: TestbedBuilder) -> Option<Testbed> {
+    match builder.start() {
+        Err(TestbedError::NotRoot { what }) => {
+            eprintln!("skipping: {what} needs root");
+            None
+        }
+        result => Some(result.unwrap()),
+    }
+}
+
+fn uid_of(user: &str) -> u32 {
+    let passwd = fs::read_to_string("/etc/passwd").unwrap();
+    passwd
+        .lines()
+        .find_map(|line| {
+            let fields: Vec<&str> = line.split(':').collect();
+            (fields[0] == user).then(|| fields[2].parse().unwrap())
+        })
+        .unwrap_or_else(|| panic!("no user {user}"))
+}
+
+fn passwd_fields(user: &str) -> Vec<String> {
+    fs::read_to_string("/etc/passwd")
+        .unwrap()
+        .lines()
+        .find(|line| line.split(':').next() == Some(user))
+        .unwrap_or_else(|| panic!("no user {user}"))
+        .split(':')
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Prints the command name and binary of the process that runs it: the login shell. The
+/// inner `sh` is a child of the login shell (not exec'd: another command follows), and the
+/// quoting works in POSIX shells, fish and tcsh alike.
+const SHOW_SHELL: &str = "sh -c 'cat /proc/$PPID/comm; readlink /proc/$PPID/exe'; echo ok";
+
+fn check_login_shell(testbed: &Testbed, shell: &LoginShell) {
+    let account = shell.account_name();
+    assert_eq!(testbed.user(), account);
+    assert_eq!(testbed.login_shell(), Some(shell));
+    assert!(!testbed.is_root_login());
+    let shell_path = testbed.login_shell_path().unwrap().to_owned();
+    assert_eq!(passwd_fields(&account)[6], shell_path.to_str().unwrap());
+
+    let output = testbed.run(SHOW_SHELL).unwrap();
+    assert_ok(&output);
+    let binary = fs::canonicalize(&shell_path).unwrap();
+    assert_eq!(
+        stdout(&output),
+        format!("{}\n{}\nok\n", shell.name(), binary.display()),
+        "{shell:?} on {:?}; stderr: {}",
+        testbed.server(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    // The account, and the scratch directory that belongs to it.
+    let output = testbed.run("id -un; id -u").unwrap();
+    assert_ok(&output);
+    let uid = uid_of(&account);
+    assert_eq!(stdout(&output), format!("{account}\n{uid}\n"));
+    assert_eq!(fs::metadata(testbed.scratch_dir()).unwrap().uid(), uid);
+    let file = testbed.scratch_dir().join("from-shell");
+    assert_ok(&testbed.run(&format!("touch {}", file.display())).unwrap());
+    assert_eq!(fs::metadata(&file).unwrap().uid(), uid);
+}
+
+#[test]
+fn login_shells_run_commands_on_both_servers() {
+    if root_testbed(Testbed::builder().login_shell(LoginShell::Dash)).is_none() {
+        return;
+    }
+    let handles: Vec<_> = LoginShell::ALL
+        .into_iter()
+        .map(|shell| {
+            thread::spawn(move || {
+                for server in [Server::OpenSsh, Server::Dropbear] {
+                    let testbed = Testbed::builder()
+                        .login_shell(shell.clone())
+                        .server(server)
+                        .start()
+                        .unwrap_or_else(|e| panic!("{shell:?} on {server:?}: {e}"));
+                    assert_eq!(testbed.server(), server);
+                    check_login_shell(&testbed, &shell);
+                }
+                shell
+            })
+        })
+        .collect();
+    for handle in handles {
+        let shell = handle.join().unwrap();
+        let account = shell.account_name();
+        let fields = passwd_fields(&account);
+        let home = Path::new(&fields[5]);
+        let shell_path = &fields[6];
+
+        // Listed in /etc/shells (Dropbear insists).
+        let shells = fs::read_to_string("/etc/shells").unwrap();
+        assert!(
+            shells.lines().any(|l| l.trim() == shell_path),
+            "{shell_path}"
+        );
+        // Password field `*`: not locked, no password.
+        let shadow = fs::read_to_string("/etc/shadow").unwrap();
+        let password = shadow
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{account}:")))
+            .unwrap()
+            .split(':')
+            .next()
+            .unwrap();
+        assert_eq!(password, "*");
+        // ~/.ssh 0700, authorized_keys 0600 with our key, both owned by the account.
+        let uid = uid_of(&account);
+        let ssh_dir = home.join(".ssh");
+        let keys = ssh_dir.join("authorized_keys");
+        assert_eq!(fs::metadata(&ssh_dir).unwrap().mode() & 0o777, 0o700);
+        assert_eq!(fs::metadata(&keys).unwrap().mode() & 0o777, 0o600);
+        assert_eq!(fs::metadata(&ssh_dir).unwrap().uid(), uid);
+        assert_eq!(fs::metadata(&keys).unwrap().uid(), uid);
+        assert_eq!(fs::metadata(home).unwrap().uid(), uid);
+        // Empty start-up files.
+        for rc in [
+            ".profile",
+            ".bashrc",
+            ".zshrc",
+            ".mkshrc",
+            ".cshrc",
+            ".config/fish/config.fish",
+        ] {
+            assert_eq!(
+                fs::metadata(home.join(rc)).unwrap().len(),
+                0,
+                "{account} {rc}"
+            );
+        }
+    }
+}
+
+#[test]
+fn busybox_ash_is_a_link_named_ash() {
+    let Some(testbed) = root_testbed(Testbed::builder().login_shell(LoginShell::BusyboxAsh)) else {
+        return;
+    };
+    let link = testbed.login_shell_path().unwrap();
+    assert_eq!(link, Path::new("/usr/local/lib/swiftide-testbed/ash"));
+    assert!(fs::symlink_metadata(link).unwrap().file_type().is_symlink());
+    assert!(fs::canonicalize(link).unwrap().ends_with("busybox"));
+    // BusyBox runs the ash applet: `$0` is `ash`, and `ash -c` semantics hold.
+    let output = testbed.run("echo $0; echo $((6 * 7))").unwrap();
+    assert_ok(&output);
+    assert_eq!(stdout(&output), "ash\n42\n");
+}
+
+#[test]
+fn login_shell_accounts_work_from_concurrent_testbeds() {
+    if root_testbed(Testbed::builder().login_shell(LoginShell::Zsh)).is_none() {
+        return;
+    }
+    let handles: Vec<_> = (0..4)
+        .map(|i| {
+            thread::spawn(move || {
+                let server = if i % 2 == 0 {
+                    Server::OpenSsh
+                } else {
+                    Server::Dropbear
+                };
+                let testbed = Testbed::builder()
+                    .login_shell(LoginShell::Zsh)
+                    .server(server)
+                    .start()
+                    .unwrap();
+                let output = testbed
+                    .run("echo $ZSH_VERSION >/dev/null && id -un")
+                    .unwrap();
+                assert_ok(&output);
+                assert_eq!(stdout(&output).trim(), "swiftide-sh-zsh");
+            })
+        })
+        .collect();
+    for handle in handles {
+        handle.join().unwrap();
+    }
+}
+
+/// Run by `login_shell_accounts_work_across_processes` in child processes, each of which
+/// has its own client keys: start a Dropbear testbed (which needs the key in the account's
+/// `~/.ssh/authorized_keys`) and log in.
+#[test]
+#[ignore = "helper, run in child processes by login_shell_accounts_work_across_processes"]
+fn cross_process_helper() {
+    let testbed = Testbed::builder()
+        .login_shell(LoginShell::Mksh)
+        .dropbear()
+        .start()
+        .unwrap();
+    let output = testbed.run("id -un").unwrap();
+    assert_ok(&output);
+    assert_eq!(stdout(&output), "swiftide-sh-mksh\n");
+    // Stay up a little so that the processes overlap.
+    thread::sleep(Duration::from_millis(500));
+    assert_ok(&testbed.run("true").unwrap());
+}
+
+#[test]
+fn login_shell_accounts_work_across_processes() {
+    if root_testbed(Testbed::builder().login_shell(LoginShell::Mksh)).is_none() {
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..3)
+        .map(|_| {
+            Command::new(&exe)
+                .args([
+                    "--exact",
+                    "cross_process_helper",
+                    "--ignored",
+                    "--test-threads=1",
+                ])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    cross_process_helper();
+    for child in children {
+        let output = child.wait_with_output().unwrap();
+        assert_ok(&output);
+        assert!(stdout(&output).contains("1 passed"), "{}", stdout(&output));
+    }
+}
+
+/// `sftp` in batch mode against the testbed, with strict host key checking.
+fn sftp(testbed: &Testbed, batch: &str) -> Output {
+    let batch_file = testbed.dir().join("sftp-batch");
+    fs::write(&batch_file, batch).unwrap();
+    Command::new("sftp")
+        .args(["-F", "/dev/null", "-i"])
+        .arg(testbed.private_key_path())
+        .arg("-P")
+        .arg(testbed.port().to_string())
+        .arg("-o")
+        .arg(format!(
+            "UserKnownHostsFile={}",
+            testbed.known_hosts_path().display()
+        ))
+        .args([
+            "-o",
+            "GlobalKnownHostsFile=/dev/null",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "IdentitiesOnly=yes",
+            "-b",
+        ])
+        .arg(&batch_file)
+        .arg(format!("{}@{}", testbed.user(), testbed.host()))
+        .env_remove("SSH_AUTH_SOCK")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// ssh with `known_hosts` pointing at the wrong key must fail: proof that the testbed's
+/// `known_hosts` is really what verifies the server.
+fn assert_host_key_is_verified(testbed: &Testbed) {
+    let wrong = testbed.dir().join("known_hosts_wrong");
+    let other =
+        fs::read_to_string(format!("{}.pub", testbed.private_key_path().display())).unwrap();
+    let other: Vec<&str> = other.split_whitespace().take(2).collect();
+    fs::write(
+        &wrong,
+        format!(
+            "[{}]:{} {}\n",
+            testbed.host(),
+            testbed.port(),
+            other.join(" ")
+        ),
+    )
+    .unwrap();
+    let args: Vec<OsString> = testbed
+        .ssh_command("true")
+        .get_args()
+        .map(|a| {
+            let text = a.to_string_lossy();
+            if text.starts_with("UserKnownHostsFile=") {
+                OsString::from(format!("UserKnownHostsFile={}", wrong.display()))
+            } else {
+                a.to_owned()
+            }
+        })
+        .collect();
+    let output = Command::new("ssh")
+        .args(&args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(255));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("Host key verification failed"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn dropbear_logs_in_with_keys_and_serves_sftp() {
+    let Some(testbed) = root_testbed(Testbed::builder().dropbear()) else {
+        return;
+    };
+    assert_eq!(testbed.server(), Server::Dropbear);
+    assert!(testbed.sftp_enabled());
+    assert_eq!(testbed.user(), UNPRIVILEGED_USER);
+    assert!(testbed.login_shell().is_none());
+
+    // known_hosts: the Dropbear host key in OpenSSH format.
+    let known_hosts = fs::read_to_string(testbed.known_hosts_path()).unwrap();
+    assert_eq!(
+        known_hosts,
+        format!(
+            "[127.0.0.1]:{} {}\n",
+            testbed.port(),
+            testbed.host_public_key()
+        )
+    );
+    assert!(testbed.host_public_key().starts_with("ssh-ed25519 AAAA"));
+    assert_host_key_is_verified(&testbed);
+
+    // Really Dropbear, with the testbed environment.
+    let output = testbed
+        .run(&format!(
+            "echo ${TESTBED_ENV_VAR} ${TESTBED_ID_ENV_VAR}; cat /proc/$PPID/comm; id -un"
+        ))
+        .unwrap();
+    assert_ok(&output);
+    assert_eq!(
+        stdout(&output),
+        format!("1 {}\ndropbear\n{UNPRIVILEGED_USER}\n", testbed.id())
+    );
+    assert!(
+        testbed.sshd_log().contains("Pubkey auth succeeded"),
+        "{}",
+        testbed.sshd_log()
+    );
+    assert!(testbed.dir().join("dropbear.log").is_file());
+    assert_eq!(testbed.run("exit 3").unwrap().status.code(), Some(3));
+
+    // The encrypted key works too (Dropbear reads ~/.ssh/authorized_keys).
+    let askpass = askpass_script(testbed.dir(), "askpass-key", KEY_PASSPHRASE);
+    let args: Vec<OsString> = testbed
+        .ssh_command("echo encrypted")
+        .get_args()
+        .map(|a| {
+            if a == testbed.private_key_path().as_os_str() {
+                testbed.encrypted_private_key_path().as_os_str().to_owned()
+            } else if a == "BatchMode=yes" {
+                OsString::from("BatchMode=no")
+            } else {
+                a.to_owned()
+            }
+        })
+        .collect();
+    let output = Command::new("ssh")
+        .args(&args)
+        .env("SSH_ASKPASS", &askpass)
+        .env("SSH_ASKPASS_REQUIRE", "force")
+        .env("DISPLAY", ":0")
+        .env_remove("SSH_AUTH_SOCK")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_ok(&output);
+    assert_eq!(stdout(&output), "encrypted\n");
+
+    // SFTP: upload into the scratch directory, list it.
+    let local = testbed.dir().join("upload.txt");
+    fs::write(&local, "via sftp\n").unwrap();
+    let remote = testbed.scratch_dir().join("uploaded.txt");
+    let output = sftp(
+        &testbed,
+        &format!(
+            "put {} {}\nls {}\n",
+            local.display(),
+            remote.display(),
+            testbed.scratch_dir().display()
+        ),
+    );
+    assert_ok(&output);
+    assert!(
+        stdout(&output).contains("uploaded.txt"),
+        "{}",
+        stdout(&output)
+    );
+    assert_eq!(fs::read_to_string(&remote).unwrap(), "via sftp\n");
+    assert_eq!(
+        fs::metadata(&remote).unwrap().uid(),
+        uid_of(UNPRIVILEGED_USER)
+    );
+}
+
+#[test]
+fn dropbear_without_sftp_refuses_the_subsystem() {
+    let Some(testbed) = root_testbed(Testbed::builder().dropbear().sftp(false)) else {
+        return;
+    };
+    assert!(!testbed.sftp_enabled());
+    assert_host_key_is_verified(&testbed);
+    let output = testbed.run("echo exec-works").unwrap();
+    assert_ok(&output);
+    assert_eq!(stdout(&output), "exec-works\n");
+
+    let local = testbed.dir().join("upload.txt");
+    fs::write(&local, "data\n").unwrap();
+    let remote = testbed.scratch_dir().join("never.txt");
+    let output = sftp(
+        &testbed,
+        &format!("put {} {}\n", local.display(), remote.display()),
+    );
+    assert!(
+        !output.status.success(),
+        "sftp worked without an SFTP server"
+    );
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("Connection closed"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(!remote.exists());
+
+    // The raw subsystem request: the channel ends at once, as the server cannot be run.
+    let mut args: Vec<OsString> = testbed
+        .ssh_command("sftp")
+        .get_args()
+        .map(ToOwned::to_owned)
+        .collect();
+    args.insert(0, OsString::from("-s"));
+    let output = Command::new("ssh")
+        .args(&args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(126), "{output:?}");
+
+    // Hidden only from Dropbear's sessions: the file is intact for everyone else.
+    let real = fs::canonicalize(DROPBEAR_SFTP_SERVER_PATH).unwrap();
+    assert!(fs::metadata(&real).unwrap().is_file());
+    let output = testbed
+        .run(&format!("test -c {} && echo hidden", real.display()))
+        .unwrap();
+    assert_eq!(stdout(&output), "hidden\n");
+}
+
+#[test]
+fn openssh_without_sftp_refuses_the_subsystem() {
+    let testbed = Testbed::builder().sftp(false).start().unwrap();
+    let config = fs::read_to_string(testbed.dir().join("sshd_config")).unwrap();
+    assert!(!config.contains("Subsystem"), "{config}");
+    let output = sftp(&testbed, "ls\n");
+    assert!(!output.status.success());
+    assert!(
+        testbed.sshd_log().contains("subsystem request for sftp"),
+        "{}",
+        testbed.sshd_log()
+    );
+    let with = Testbed::start().unwrap();
+    assert_ok(&sftp(&with, "ls\n"));
+}
+
+#[test]
+fn dropping_a_dropbear_testbed_kills_background_commands() {
+    let Some(testbed) = root_testbed(Testbed::builder().dropbear().login_shell(LoginShell::Bash))
+    else {
+        return;
+    };
+    let output = testbed
+        .run("sleep 100 >/dev/null 2>&1 </dev/null & echo $!")
+        .unwrap();
+    assert_ok(&output);
+    let pid: u32 = stdout(&output).trim().parse().unwrap();
+    assert!(alive(pid));
+    let environ = fs::read(format!("/proc/{pid}/environ")).unwrap();
+    let entry = format!("{TESTBED_ID_ENV_VAR}={}", testbed.id());
+    assert!(
+        environ
+            .split(|&b| b == 0)
+            .any(|var| var == entry.as_bytes())
+    );
+    wait_until("the session to end", || {
+        testbed.connection_pids().is_empty()
+    });
+    assert!(alive(pid));
+    let listener = testbed.sshd_pid();
+    assert!(alive(listener));
+
+    drop(testbed);
+    assert!(!alive(pid));
+    assert!(!alive(listener));
+}
+
+#[test]
+fn dropbear_restart_stop_freeze_and_thaw() {
+    let Some(mut testbed) = root_testbed(Testbed::builder().dropbear().sftp(false)) else {
+        return;
+    };
+    let port = testbed.port();
+    let host_key = testbed.host_public_key().to_owned();
+    let first_pid = testbed.sshd_pid();
+
+    // stop() drops a running session.
+    let mut ssh = testbed
+        .ssh_command("echo started; sleep 60")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 8];
+    ssh.stdout.as_mut().unwrap().read_exact(&mut first).unwrap();
+    assert_eq!(&first, b"started\n");
+    let connections = testbed.connection_pids();
+    assert_eq!(connections.len(), 1, "{connections:?}");
+    testbed.stop();
+    assert!(!ssh.wait().unwrap().success());
+    assert!(connections.iter().all(|&pid| !alive(pid)));
+    assert!(!alive(first_pid));
+    assert_eq!(testbed.run("true").unwrap().status.code(), Some(255));
+
+    testbed.restart().unwrap();
+    assert_eq!(testbed.port(), port);
+    assert_eq!(testbed.host_public_key(), host_key);
+    assert_ne!(testbed.sshd_pid(), first_pid);
+    let output = testbed.run("echo again").unwrap();
+    assert_ok(&output);
+    assert_eq!(stdout(&output), "again\n");
+    // Still without SFTP after the restart.
+    assert!(!sftp(&testbed, "ls\n").status.success());
+
+    // freeze: no banner for new connections; thaw: it arrives.
+    testbed.freeze().unwrap();
+    let mut stream =
+        std::net::TcpStream::connect((testbed.host().as_str(), testbed.port())).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    assert!(stream.read(&mut buf).is_err());
+    testbed.thaw().unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let n = stream.read(&mut buf).unwrap();
+    assert!(buf[..n].starts_with(b"SSH-2.0-dropbear"), "{:?}", &buf[..n]);
+    drop(stream);
+    assert_ok(&testbed.run("true").unwrap());
+}
+
+#[test]
+fn dropbear_rejects_sshd_config_lines() {
+    let result = Testbed::builder()
+        .dropbear()
+        .sshd_config_line("LogLevel DEBUG")
+        .start();
+    match result {
+        Err(TestbedError::Unsupported { what }) => assert!(what.contains("Dropbear"), "{what}"),
+        Err(TestbedError::NotRoot { what }) => eprintln!("skipping: {what} needs root"),
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
+}
+
+#[test]
+fn dropbear_on_ipv6_loopback_and_in_a_network_namespace() {
+    if std::net::TcpListener::bind("[::1]:0").is_ok() {
+        let Some(testbed) = root_testbed(
+            Testbed::builder()
+                .dropbear()
+                .listen_address("::1".parse().unwrap()),
+        ) else {
+            return;
+        };
+        let known_hosts = fs::read_to_string(testbed.known_hosts_path()).unwrap();
+        assert!(known_hosts.starts_with(&format!("[::1]:{} ", testbed.port())));
+        let output = testbed.run("echo v6").unwrap();
+        assert_ok(&output);
+        assert_eq!(stdout(&output), "v6\n");
+    } else {
+        eprintln!("skipping the IPv6 part: no IPv6 loopback");
+    }
+
+    let Some(testbed) = root_testbed(
+        Testbed::builder()
+            .dropbear()
+            .login_shell(LoginShell::Dash)
+            .network_namespace(true),
+    ) else {
+        return;
+    };
+    assert!(testbed.host().starts_with("10.213."));
+    assert_eq!(testbed.port(), 22);
+    let output = testbed.run("echo $0").unwrap();
+    assert_ok(&output);
+    assert_eq!(stdout(&output), "dash\n");
+    assert_host_key_is_verified(&testbed);
+}
