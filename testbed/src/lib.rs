@@ -33,6 +33,7 @@
 //! ```
 
 mod config;
+mod docker;
 mod error;
 mod netns;
 mod process;
@@ -48,6 +49,10 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
+pub use docker::{
+    CONTAINER_LABEL, DOCKER_CLI_ENV_VAR, DOCKER_USER, DockerImage, DockerTestbed,
+    DockerTestbedBuilder, OWNER_HOST_LABEL, OWNER_PID_LABEL, OWNER_START_LABEL,
+};
 pub use error::TestbedError;
 
 /// The environment variable sshd sets (to `1`) in every session of a testbed, via
@@ -967,15 +972,18 @@ fn free_port(addr: IpAddr) -> Result<u16, TestbedError> {
     Ok(port)
 }
 
-/// Connects and waits for the `SSH-2.0-` banner.
+/// Connects and waits (up to about 1 s) for the `SSH-2.0-` banner.
 fn probe_banner(addr: SocketAddr) -> bool {
-    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else {
+    probe_banner_within(addr, Duration::from_secs(1))
+}
+
+/// Connects and waits for the `SSH-2.0-` banner; the connect and each read are bounded
+/// by `timeout`.
+pub(crate) fn probe_banner_within(addr: SocketAddr, timeout: Duration) -> bool {
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr, timeout) else {
         return false;
     };
-    if stream
-        .set_read_timeout(Some(Duration::from_secs(1)))
-        .is_err()
-    {
+    if stream.set_read_timeout(Some(timeout)).is_err() {
         return false;
     }
     let mut received = Vec::new();
