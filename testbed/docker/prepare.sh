@@ -65,16 +65,21 @@ have_image() { "$DOCKER" image inspect "$1" >/dev/null 2>&1; }
 
 install_packages() {
     local missing=()
-    command -v docker >/dev/null 2>&1 || command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
-    command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
+    # A reachable daemon (e.g. DOCKER_HOST) needs no local dockerd.
+    if ! command -v dockerd >/dev/null 2>&1 && ! "$DOCKER" version >/dev/null 2>&1; then
+        missing+=(docker.io)
+    fi
+    command -v "$DOCKER" >/dev/null 2>&1 || missing+=(docker.io)
     command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
+    command -v flock >/dev/null 2>&1 || missing+=(util-linux)
     [ ${#missing[@]} -eq 0 ] && return 0
     [ "$(id -u)" -eq 0 ] || die "missing ${missing[*]}; install them (apt-get install -y ${missing[*]})"
     log "installing ${missing[*]}"
     local t0; t0=$(now)
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q >/dev/null
-    apt-get install -y -q --no-install-recommends $(printf '%s\n' "${missing[@]}" | sort -u) iptables >/dev/null
+    # shellcheck disable=SC2046
+    apt-get install -y -q --no-install-recommends $(printf '%s\n' "${missing[@]}" | sort -u) >/dev/null
     log "installed in $(since "$t0")"
 }
 
@@ -207,8 +212,8 @@ case "${1:-all}" in
         with_lock
         build_base
         for name in $IMAGES; do build_image "$name"; done
-        for name in $IMAGES; do echo "$(image_tag "$name")"; done
         log "done in $(since "$T0")"
+        for name in $IMAGES; do image_tag "$name"; done
         ;;
     *)
         die "usage: $0 [all | build [image...] | tag <image>]"

@@ -15,6 +15,12 @@
 //! own, reachable through a veth pair, so that a test can cut the host off the network
 //! silently ([`Testbed::cut_network`]) and restore it ([`Testbed::restore_network`]).
 //!
+//! [`DockerTestbed`] runs the server in a Docker container instead (OpenSSH on Debian or
+//! Dropbear on BusyBox, see [`DockerImage`]), with fault controls for the whole machine:
+//! stop, kill, restart, pause, network disconnect. It needs the `docker` CLI and a
+//! daemon; `testbed/docker/prepare.sh` sets both up and builds the images without a
+//! container registry.
+//!
 //! Requirements: Linux (`/proc`), the OpenSSH server (`apt-get install -y
 //! openssh-server`) and client (`ssh-keygen`, `ssh`). As root, the harness creates
 //! sshd's privilege separation directory `/run/sshd` when missing; without root it can
