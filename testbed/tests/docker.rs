@@ -466,12 +466,13 @@ fn twenty_containers_at_once() {
     }
     let login_time = logins.elapsed();
     let ids: Vec<&str> = testbeds.iter().map(DockerTestbed::container_id).collect();
-    let mut args = vec!["stats", "--no-stream", "--format", "{{.MemUsage}}"];
+    let mut args = vec!["stats", "--no-stream", "--format", "{{.Name}} {{.MemUsage}}"];
     args.extend(&ids);
     let stats = Command::new("docker").args(&args).output().unwrap();
     eprintln!(
-        "{N} containers: started in {start_time:?}, {N} logins in {login_time:?}; memory:\n{}",
-        text(&stats.stdout)
+        "{N} containers: started in {start_time:?}, {N} logins in {login_time:?}; memory:\n{}{}",
+        text(&stats.stdout),
+        text(&stats.stderr)
     );
     let mut ports: Vec<u16> = testbeds.iter().map(DockerTestbed::port).collect();
     ports.sort_unstable();
