@@ -71,6 +71,12 @@ pub enum TestbedError {
     /// testbed started with
     /// [`network_namespace(true)`](crate::TestbedBuilder::network_namespace).
     NoNetworkNamespace,
+    /// The Docker testbed cannot be used here: no `docker` CLI, or its daemon is not
+    /// reachable (see [`DockerTestbed::available`](crate::DockerTestbed::available)).
+    DockerUnavailable {
+        /// Why.
+        reason: String,
+    },
 }
 
 impl TestbedError {
@@ -138,6 +144,11 @@ impl fmt::Display for TestbedError {
                 f,
                 "the testbed has no network namespace; start it with \
                  Testbed::builder().network_namespace(true)"
+            ),
+            Self::DockerUnavailable { reason } => write!(
+                f,
+                "Docker is not available: {reason}; run `bash testbed/docker/prepare.sh` \
+                 (installs docker.io, starts dockerd and builds the testbed images)"
             ),
         }
     }

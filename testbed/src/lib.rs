@@ -20,6 +20,12 @@
 //! ([`LoginShell`]), and [`TestbedBuilder::dropbear`] runs Dropbear instead of sshd, with
 //! or without an SFTP server ([`TestbedBuilder::sftp`]).
 //!
+//! [`DockerTestbed`] runs the server in a Docker container instead (OpenSSH on Debian or
+//! Dropbear on BusyBox, see [`DockerImage`]), with fault controls for the whole machine:
+//! stop, kill, restart, pause, network disconnect. It needs the `docker` CLI and a
+//! daemon; `testbed/docker/prepare.sh` sets both up and builds the images without a
+//! container registry.
+//!
 //! Requirements: Linux (`/proc`), the OpenSSH server (`apt-get install -y
 //! openssh-server`) and client (`ssh-keygen`, `ssh`). As root, the harness creates
 //! sshd's privilege separation directory `/run/sshd` when missing; without root it can
@@ -38,6 +44,7 @@
 //! ```
 
 mod config;
+mod docker;
 mod dropbear;
 mod error;
 mod netns;
@@ -57,6 +64,10 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
+pub use docker::{
+    CONTAINER_LABEL, DOCKER_CLI_ENV_VAR, DOCKER_USER, DockerImage, DockerTestbed,
+    DockerTestbedBuilder, OWNER_HOST_LABEL, OWNER_PID_LABEL, OWNER_START_LABEL,
+};
 pub use dropbear::{DEFAULT_DROPBEAR_PATH, DROPBEAR_SFTP_SERVER_PATH};
 pub use error::TestbedError;
 pub use shells::{LOGIN_SHELL_USER_PREFIX, LoginShell, TESTBED_LIB_DIR};
@@ -1250,15 +1261,18 @@ fn free_port(addr: IpAddr) -> Result<u16, TestbedError> {
     Ok(port)
 }
 
-/// Connects and waits for the `SSH-2.0-` banner.
+/// Connects and waits (up to about 1 s) for the `SSH-2.0-` banner.
 fn probe_banner(addr: SocketAddr) -> bool {
-    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else {
+    probe_banner_within(addr, Duration::from_secs(1))
+}
+
+/// Connects and waits for the `SSH-2.0-` banner; the connect and each read are bounded
+/// by `timeout`.
+pub(crate) fn probe_banner_within(addr: SocketAddr, timeout: Duration) -> bool {
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr, timeout) else {
         return false;
     };
-    if stream
-        .set_read_timeout(Some(Duration::from_secs(1)))
-        .is_err()
-    {
+    if stream.set_read_timeout(Some(timeout)).is_err() {
         return false;
     }
     let mut received = Vec::new();

@@ -1,0 +1,25 @@
+#!/bin/sh
+# Entry point of the Dropbear/BusyBox testbed image: installs mounted (or `docker cp`ed)
+# keys from /keys, then runs dropbear in the foreground, logging to stderr. Arguments
+# are passed to dropbear (e.g. `-j -k` to forbid port forwarding).
+set -eu
+
+key=/etc/dropbear/dropbear_ed25519_host_key
+# An OpenSSH-format host key keeps known_hosts stable (DockerTestbed provides one).
+if [ -f /keys/ssh_host_ed25519_key ]; then
+    dropbearconvert openssh dropbear /keys/ssh_host_ed25519_key "$key.new" >/dev/null 2>&1
+    mv "$key.new" "$key"
+fi
+
+if [ -f /keys/authorized_keys ]; then
+    cp /keys/authorized_keys /home/tester/.ssh/authorized_keys
+    chown 1000:1000 /home/tester/.ssh/authorized_keys
+    chmod 0600 /home/tester/.ssh/authorized_keys
+fi
+if [ ! -s /home/tester/.ssh/authorized_keys ]; then
+    echo "testbed: no authorized key for 'tester'; provide /keys/authorized_keys" >&2
+fi
+
+echo "testbed: host key $(dropbearkey -y -f "$key" | grep '^ssh-' | cut -d' ' -f1,2)" >&2
+# -F foreground, -E log to stderr, -s no password logins, -w no root logins.
+exec /usr/sbin/dropbear -F -E -s -w -p 22 -r "$key" "$@"
