@@ -300,6 +300,19 @@ pub enum Error {
         reason: String,
     },
 
+    /// The server has no usable SFTP subsystem (refused, or no `sftp-server` behind it, as
+    /// on a Dropbear host without one). Whole-file reads and writes (`ReadFile`, `WriteFile`,
+    /// [`read_file_bytes`](crate::SshExecutor::read_file_bytes),
+    /// [`write_file_bytes`](crate::SshExecutor::write_file_bytes)) and `stream_files` then
+    /// go through shell scripts over exec; the other file methods fail with this error.
+    #[error("{host}:{port} has no SFTP subsystem")]
+    SftpUnavailable {
+        /// Destination host.
+        host: String,
+        /// Destination port.
+        port: u16,
+    },
+
     /// The executor was closed with [`SshExecutor::close`](crate::SshExecutor::close).
     #[error("the executor is closed")]
     Closed,
@@ -373,6 +386,13 @@ mod tests {
             e.to_string(),
             "authentication of u@h:22 refused; tried: password; server accepts: publickey"
         );
+        assert!(e.source().is_none());
+
+        let e = Error::SftpUnavailable {
+            host: "h".into(),
+            port: 22,
+        };
+        assert_eq!(e.to_string(), "h:22 has no SFTP subsystem");
         assert!(e.source().is_none());
     }
 }

@@ -147,7 +147,7 @@ async fn ours_batch(executor: &SshExecutor, total: usize, concurrency: usize) ->
 /// `command` is an [`raw::executor_request`], whose stdin stays open.
 async fn raw_batch(
     target: &raw::Target,
-    command: &[u8],
+    command: &raw::ExecutorRequest,
     supervised: bool,
     total: usize,
     conns: usize,
@@ -158,7 +158,7 @@ async fn raw_batch(
         handles.push(Arc::new(raw::connect(target, true).await?));
     }
     let run = |handles: Vec<Arc<raw::RawHandle>>, total: usize| {
-        let command = command.to_vec();
+        let command = command.clone();
         async move {
             let next = Arc::new(AtomicUsize::new(0));
             let ok = Arc::new(AtomicUsize::new(0));
@@ -185,7 +185,7 @@ async fn raw_batch(
                                 let result = if supervised {
                                     raw::exec_supervised(&handle, &command, |_| {}).await
                                 } else {
-                                    raw::exec(&handle, &command, |_| {}).await
+                                    raw::exec(&handle, &command.0, |_| {}).await
                                 };
                                 match result {
                                     Ok((Some(0), _)) => {
@@ -323,7 +323,7 @@ pub fn throughput(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
         if c == 64 {
             let target = ctx.conn.raw_target();
             for (label, command, supervised) in [
-                ("`true`", b"true".to_vec(), false),
+                ("`true`", (b"true".to_vec(), Vec::new()), false),
                 (
                     "executor's request",
                     raw::executor_request("true", true)?,

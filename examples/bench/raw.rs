@@ -98,27 +98,31 @@ pub async fn exec(
     command: &[u8],
     on_data: impl FnMut(usize),
 ) -> anyhow::Result<(Option<u32>, u64)> {
-    exec_and_drain(handle, command, true, on_data).await
+    exec_and_drain(handle, command, &[], true, on_data).await
 }
 
 /// Like [`exec`] for an [`executor_request`]: stdin stays open (the supervisor's control
 /// line) until the server closes the channel, as the executor does.
 pub async fn exec_supervised(
     handle: &RawHandle,
-    command: &[u8],
+    command: &ExecutorRequest,
     on_data: impl FnMut(usize),
 ) -> anyhow::Result<(Option<u32>, u64)> {
-    exec_and_drain(handle, command, false, on_data).await
+    exec_and_drain(handle, &command.0, &command.1, false, on_data).await
 }
 
 async fn exec_and_drain(
     handle: &RawHandle,
     command: &[u8],
+    stdin: &[u8],
     send_eof: bool,
     mut on_data: impl FnMut(usize),
 ) -> anyhow::Result<(Option<u32>, u64)> {
     let mut channel = handle.channel_open_session().await?;
     channel.exec(true, command).await?;
+    if !stdin.is_empty() {
+        channel.data(stdin).await?;
+    }
     if send_eof {
         channel.eof().await?;
     }
@@ -138,13 +142,16 @@ async fn exec_and_drain(
     Ok((status, bytes))
 }
 
-/// The exact exec request the executor sends for `sh -c <command>` with default settings
-/// (`supervisor_kills_on_disconnect` is `kill_on_disconnect`), so the floor is measured with
-/// the same remote work. Send it with [`exec_supervised`].
+/// The exec request and the stdin payload that follows it.
+pub type ExecutorRequest = (Vec<u8>, Vec<u8>);
+
+/// The exact exec request and payload the executor sends for `sh -c <command>` with default
+/// settings (`supervisor_kills_on_disconnect` is `kill_on_disconnect`), so the floor is
+/// measured with the same remote work. Send it with [`exec_supervised`].
 pub fn executor_request(
     command: &str,
     supervisor_kills_on_disconnect: bool,
-) -> anyhow::Result<Vec<u8>> {
+) -> anyhow::Result<ExecutorRequest> {
     Ok(swiftide_ssh_executor::exec_request_for_benchmarks(
         command,
         supervisor_kills_on_disconnect,

@@ -12,8 +12,8 @@
 //! the caller catches up, rather than client memory growing with the output.
 //!
 //! When the caller times out, or its future is dropped, the driver kills the remote process
-//! group (a `K` on the command's control line, or from a second channel for commands whose
-//! stdin carries a large script body) and keeps draining until the server closes the channel,
+//! group (a `K` on the command's control line, or from a second channel for the crate's own
+//! scripts, whose stdin carries data) and keeps draining until the server closes the channel,
 //! so the slot is released cleanly. A command is sent at most once: nothing is retried after the
 //! exec request has left.
 
@@ -42,7 +42,8 @@ use crate::{
 pub(crate) struct ExecRequest {
     /// The exec request text (see [`wrapper`](crate::command::wrapper)).
     pub(crate) wrapper: Vec<u8>,
-    /// Bytes for the command's stdin, followed by EOF (uncontrolled requests only).
+    /// Bytes for the command's stdin: the payload line, and for uncontrolled requests their
+    /// data, followed by EOF.
     pub(crate) stdin: Vec<u8>,
     /// The stderr marker prefix the wrapper prints with its pgid.
     pub(crate) marker: String,
@@ -230,8 +231,24 @@ async fn drive_command(
     }
     // From here on the command may be running: it is never sent again.
     tracing::trace!("exec request sent");
+    let mut kill_wanted = false;
+    let mut kill_sent = false;
+    let mut give_up_at: Option<Instant> = None;
     if request.controlled {
-        // stdin stays open: EOF would tell the supervisor that the client is gone.
+        // The payload line (see `command::wrapper`); stdin then stays open, because EOF would
+        // tell the supervisor that the client is gone. The remote side runs nothing before it
+        // has the whole line, so a kill that comes first only closes stdin: the bootstrap
+        // exits with 125 and nothing ran.
+        tokio::select! {
+            biased;
+            _ = &mut *kill => {
+                kill_wanted = true;
+                kill_sent = true;
+                give_up_at = Some(Instant::now() + config.drain_timeout + config.connect_timeout);
+                let _ = channel.eof().await;
+            }
+            _ = channel.data(&request.stdin[..]) => {}
+        }
     } else if request.stdin.is_empty() {
         let _ = channel.eof().await;
     } else {
@@ -248,9 +265,6 @@ async fn drive_command(
     let session = slot.session.clone();
     let mut marker = MarkerParser::new(&request.marker);
     let mut pgid: Option<u32> = None;
-    let mut kill_wanted = false;
-    let mut kill_sent = false;
-    let mut give_up_at: Option<Instant> = None;
     let mut status: Option<ExitStatus> = None;
     let mut replied = false;
     let mut closed = false;

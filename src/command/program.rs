@@ -39,14 +39,6 @@ impl Program {
         }
         Program::Shell(command.to_owned())
     }
-
-    /// The bytes to send on the channel's stdin before EOF.
-    pub(crate) fn stdin(&self) -> &[u8] {
-        match self {
-            Program::Shell(_) => &[],
-            Program::Script { body, .. } => body,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,8 +1,6 @@
 //! Stopping a command: the supervisor that runs beside it in its process group, and the
 //! kill request sent from a second channel when there is no supervisor.
 
-use crate::command::quote::quote;
-
 /// How the executor will stop the command.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Supervision {
@@ -26,56 +24,50 @@ pub(crate) struct Supervision {
 ///
 /// Its stdout and stderr are `/dev/null`, so it never holds the channel open. It costs one
 /// forked shell per command and no polling. dash's `kill` has no `--`, hence `kill -SIG -PID`.
-pub(crate) fn supervisor_script(supervision: Supervision) -> String {
+///
+/// One line of [login-shell-neutral](crate::command::wrapper) text: it travels inside the
+/// exec request, within single quotes, so it holds no `'`, `\`, `!` or newline.
+pub(crate) fn supervisor_line(supervision: Supervision) -> String {
     let polls = supervision.grace.as_millis().div_ceil(50);
     let terminate = if polls == 0 {
         String::new()
     } else {
         format!(
-            "  kill -TERM -$$ 2>/dev/null; n=0\n  \
-             while [ $n -lt {polls} ] && kill -0 $$ 2>/dev/null; do sleep 0.05; n=$((n+1)); done\n"
+            "kill -TERM -$$ 2>/dev/null; n=0; \
+             while [ $n -lt {polls} ] && kill -0 $$ 2>/dev/null; do sleep 0.05; n=$((n+1)); done; "
         )
     };
     let on_disconnect = if supervision.kill_on_disconnect {
-        "elif kill -0 $$ 2>/dev/null; then\n  kill -KILL -$$\n"
+        "elif kill -0 $$ 2>/dev/null; then kill -KILL -$$; "
     } else {
         ""
     };
     format!(
-        "exec 3<&0\n\
-         (trap '' TERM INT HUP\n\
-         \x20exec 0<&3 3<&- >/dev/null 2>&1\n\
-         \x20read -r c || c=\n\
-         \x20if [ \"$c\" = K ]; then\n\
-         {terminate}  kill -KILL -$$\n\
-         \x20{on_disconnect}\x20fi) &\n\
-         exec 3<&-\n"
+        "exec 3<&0; (trap \"\" TERM INT HUP; exec 0<&3 3<&- >/dev/null 2>&1; read -r c || c=; \
+         if [ \"$c\" = K ]; then {terminate}kill -KILL -$$; {on_disconnect}fi) & exec 3<&-; "
     )
 }
 
-/// The kill request run on a second channel: SIGTERM to the group, poll for up to `grace`,
-/// then SIGKILL whatever is left. With a zero grace it sends SIGKILL at once, as
-/// LocalExecutor does.
+/// The kill request run on a second channel (for the crate's own scripts, whose stdin carries
+/// data instead of a supervisor): SIGTERM to the group, poll for up to `grace`, then SIGKILL
+/// whatever is left. With a zero grace it sends SIGKILL at once, as LocalExecutor does.
 ///
 /// dash's `kill` has no `--` and reads `-s TERM -PID` as options, so the form is
-/// `kill -SIG -PID`.
+/// `kill -SIG -PID`. Login-shell-neutral like the wrapper's bootstrap: one line, no `'`, `\`
+/// or `!` inside the quotes.
 pub(crate) fn kill_request(pgid: u32, grace: std::time::Duration) -> Vec<u8> {
     let polls = grace.as_millis().div_ceil(50);
     let script = if polls == 0 {
         format!("kill -KILL -{pgid} 2>/dev/null; exit 0")
     } else {
         format!(
-            "kill -TERM -{pgid} 2>/dev/null || exit 0\n\
-             n=0\n\
-             while kill -0 -{pgid} 2>/dev/null; do\n\
-             \x20 if [ $n -ge {polls} ]; then kill -KILL -{pgid} 2>/dev/null; exit 0; fi\n\
-             \x20 sleep 0.05; n=$((n+1))\n\
-             done\n"
+            "kill -TERM -{pgid} 2>/dev/null || exit 0; n=0; \
+             while kill -0 -{pgid} 2>/dev/null; do \
+             if [ $n -ge {polls} ]; then kill -KILL -{pgid} 2>/dev/null; exit 0; fi; \
+             sleep 0.05; n=$((n+1)); done"
         )
     };
-    let mut request = b"exec /bin/sh -c ".to_vec();
-    request.extend_from_slice(&quote(script.as_bytes()));
-    request
+    format!("exec /bin/sh -c '{script}'").into_bytes()
 }
 
 #[cfg(test)]

@@ -1,73 +1,159 @@
-//! The one place where shell text is produced.
+//! The one place where shell text is produced: the exec request and what follows it on stdin.
 //!
-//! Every value that reaches the remote shell (command, directory, environment names and
-//! values, interpreter, paths) passes through [`quote`]. Besides the wrapper for user
-//! commands, the crate's own scripts (the `stream_files` listing and the file fallbacks for
-//! paths SFTP cannot carry) are built with [`script_request`]; SFTP handles files without a
-//! shell.
+//! # Any login shell
+//!
+//! sshd (and Dropbear) run every exec request as `<login shell> -c <request>`, and the login
+//! shell may be bash, dash, zsh, mksh, BusyBox ash, fish or tcsh. Their quoting rules differ:
+//! fish reads `\\` and `\'` inside single quotes as escapes, tcsh rejects a newline inside
+//! quotes and expands `!` even there. So nothing a caller passes ever travels in the request.
+//! The request is a fixed **bootstrap**, the same for every command with the same settings:
+//!
+//! ```text
+//! exec /bin/sh -c '<bootstrap>' '<bootstrap>'
+//! ```
+//!
+//! whose text is printable ASCII without `'`, `\`, `!` or newline, which every one of those
+//! shells passes through single quotes unchanged ([`is_neutral`]). The bootstrap, now under
+//! `/bin/sh`:
+//!
+//! 1. makes sure it leads its own process group. OpenSSH starts each session with `setsid`,
+//!    so the shell already does; Dropbear does not (all channels of a connection share one
+//!    group), so the bootstrap re-executes itself through `setsid` (its text is `$0` for
+//!    that purpose) and then also waits for the output pipes to close ([`WAIT_FOR_PIPES`]).
+//!    The check reads `/proc/$$/stat`; without `/proc` or `setsid` the command runs in the
+//!    server's group and the group kill cannot reach it (documented);
+//! 2. reads the **payload**: one line on stdin, read by the shell's `read` builtin, which
+//!    reads a pipe byte by byte and so leaves the rest of stdin alone;
+//! 3. prints the marker line with `$$`, the process-group id, on stderr;
+//! 4. starts the [supervisor](supervisor_line) on the rest of stdin (the control line);
+//! 5. `eval`s the payload: `cd`, the environment plan, and the user's program, every value
+//!    POSIX-quoted by [`quote_line`] (newlines written as `"$nl"`, a newline taken from the
+//!    shell's default `IFS`, so the payload stays one line).
+//!
+//! The payload has no size limit of its own: a command far larger than the 128 KiB one
+//! argument may hold goes to `sh -c` through a pipe instead of its argv ([`ARGV_LIMIT`]), and a
+//! shebang body is printed into its interpreter by the `printf` builtin. The price of reading
+//! stdin byte by byte is about 1 µs per payload byte on dash (a typical command: well under
+//! 0.1 ms; a 1 MiB command: about 1.5 s).
+//!
+//! Besides the wrapper for user commands, the crate's own scripts (the `stream_files` listing
+//! and the file fallbacks for paths SFTP cannot carry) use the same bootstrap without the
+//! supervisor ([`script_request`]): their stdin carries data.
 
 use std::path::Path;
 
 use crate::{
     command::{
-        marker::marker_prefix,
         program::Program,
         quote::quote,
-        supervisor::{Supervision, supervisor_script},
+        supervisor::{Supervision, supervisor_line},
     },
     config::{EnvPlan, reject_nul},
     error::Result,
 };
 
-/// The script line that prints the marker and `$$` (the process-group id) on stderr, or
-/// gives up with status 125 if it cannot.
-fn marker_line(marker: &str) -> Vec<u8> {
-    let mut line = b"printf '%s%s\\n' ".to_vec();
-    line.extend_from_slice(&quote(marker.as_bytes()));
-    line.extend_from_slice(b" \"$$\" >&2 || exit 125\n");
-    line
+/// Commands longer than this go to `sh -c` through a pipe, not as its argument: Linux refuses
+/// a single argv string of 128 KiB or more (`MAX_ARG_STRLEN`), whatever the total.
+pub(crate) const ARGV_LIMIT: usize = 100 * 1024;
+
+/// Whether every login shell reads `text` inside single quotes as exactly these bytes:
+/// printable ASCII (and spaces) only, and none of `'`, `\`, `!`.
+pub(crate) fn is_neutral(text: &str) -> bool {
+    text.bytes()
+        .all(|b| (b' '..=b'~').contains(&b) && !matches!(b, b'\'' | b'\\' | b'!'))
 }
 
-/// The exec request for one of the executor's own scripts (the exec fallbacks for files,
-/// the `stream_files` listing): `exec /bin/sh -c '<marker line><script>'`. It prints the
-/// same marker line as the [`wrapper`], so the exec machinery learns the process group and a
-/// dropped future kills the script; the user's directory, environment and supervisor do not
-/// apply.
-pub(crate) fn script_request(marker: &str, script: &[u8]) -> Vec<u8> {
-    let mut body = marker_line(marker);
-    body.extend_from_slice(script);
-    let mut request = b"exec /bin/sh -c ".to_vec();
-    request.extend_from_slice(&quote(&body));
-    request
+/// Quotes bytes as one POSIX shell word for the one-line payload: [`quote`], with every
+/// newline written as `'"$nl"'` (the bootstrap sets `nl`).
+pub(crate) fn quote_line(value: &[u8]) -> Vec<u8> {
+    let quoted = quote(value);
+    let mut out = Vec::with_capacity(quoted.len());
+    for &byte in &quoted {
+        if byte == b'\n' {
+            out.extend_from_slice(b"'\"$nl\"'");
+        } else {
+            out.push(byte);
+        }
+    }
+    out
 }
 
-/// Script bodies up to this size travel inside the exec request, so that the channel's stdin
-/// stays free for control; larger ones are streamed on stdin (one argv string may hold at
-/// most 128 KiB on Linux, and the request is one).
-pub(crate) const INLINE_BODY_LIMIT: usize = 48 * 1024;
+/// The end of the bootstrap: run the payload, and on a server that did not start the session
+/// in a group of its own (`$1` = `D`, see the module docs) keep the leader until every writer
+/// of the channel's stdout and stderr is done.
+///
+/// Why: Dropbear closes the channel soon after the session's process exits, so output a
+/// background child writes later is lost, while OpenSSH (and LocalExecutor) wait until the
+/// pipes close. Here the command's stdout and stderr go through pipes to two `cat`s that copy
+/// them to the channel; the leader waits for both (they end when the last writer closes its
+/// end) and exits with the command's status, sent back on fd 9. The command does not inherit
+/// the extra descriptors; the waiting shell's own messages ("Killed") go to `/dev/null`. Death
+/// by signal comes back as status 128 + n on such servers.
+const WAIT_FOR_PIPES: &str = "[ \"$1\" = D ] || { eval \"$w\"; exit; }; exec 6>&1 7>&2; \
+     s=$( { { { (eval \"$w\") 2>&4 4>&- 6>&- 7>&- 9>&-; echo $? >&9; } 4>&1 1>&3 3>&- 2>/dev/null \
+     | cat >&7 9>&-; } 3>&1 1>&9 | cat >&6 9>&-; } 9>&1 ); exit \"${s:-125}\"";
+
+/// The exec request that starts [`/bin/sh`] on the bootstrap (see the module docs).
+/// `supervision` is `None` for the crate's own scripts, whose stdin carries data.
+fn bootstrap(marker: &str, supervision: Option<Supervision>) -> Vec<u8> {
+    let mut script = String::from(
+        // A newline without writing one: every POSIX shell starts with IFS = space, tab,
+        // newline (they ignore an IFS in the environment).
+        "nl=${IFS#??}; \
+         read -r _ _ _ _ g _ </proc/$$/stat 2>/dev/null; \
+         [ \"${g:-$$}\" = \"$$\" ] || { command -v setsid >/dev/null && exec setsid /bin/sh -c \"$0\" \"$0\" D; }; \
+         IFS= read -r w || exit 125; ",
+    );
+    script.push_str(&format!("echo \"{marker}$$\" >&2 || exit 125; "));
+    if let Some(supervision) = supervision {
+        script.push_str(&supervisor_line(supervision));
+    }
+    script.push_str(WAIT_FOR_PIPES);
+    debug_assert!(is_neutral(&script), "bootstrap is not login-shell neutral");
+    format!("exec /bin/sh -c '{script}' '{script}'").into_bytes()
+}
+
+/// The exec request and what goes on stdin for one of the executor's own scripts (the exec
+/// fallbacks for files, the `stream_files` listing): the bootstrap without a supervisor,
+/// then `eval`'s the script, then `data` (followed by EOF). It prints the same marker line as
+/// the [`wrapper`], so the exec machinery learns the process group and a dropped future kills
+/// the script (from a second channel); the user's directory, environment and supervisor do
+/// not apply.
+pub(crate) fn script_request(marker: &str, script: &[u8], data: &[u8]) -> Result<Wrapped> {
+    reject_nul("the script", script)?;
+    let mut stdin = b"eval ".to_vec();
+    stdin.extend_from_slice(&quote_line(script));
+    stdin.push(b'\n');
+    stdin.extend_from_slice(data);
+    Ok(Wrapped {
+        request: bootstrap(marker, None),
+        stdin,
+        controlled: false,
+    })
+}
 
 /// The exec request and how to drive it.
 #[derive(Debug)]
 pub(crate) struct Wrapped {
+    /// The exec request: the [bootstrap](bootstrap), free of caller data.
     pub(crate) request: Vec<u8>,
-    /// Bytes to send on stdin, then EOF (only when not `controlled`).
+    /// Bytes to send on stdin right after the request: the payload line, and for
+    /// uncontrolled requests their data (then EOF).
     pub(crate) stdin: Vec<u8>,
-    /// The channel's stdin is the control line of a supervisor: sending `K\n` kills the
-    /// group, EOF means the client is gone. Otherwise the kill needs a second channel.
+    /// The rest of the channel's stdin is the control line of a supervisor: sending `K\n`
+    /// kills the group, EOF means the client is gone. Otherwise the kill needs a second
+    /// channel.
     pub(crate) controlled: bool,
 }
 
-/// Builds the exec request: the login shell runs `exec /bin/sh -c '<script>'`, and the script
+/// Builds the exec request and its payload for a user's program (see the module docs). The
+/// payload
 ///
-/// 1. prints the marker line with `$$` on stderr. sshd runs every exec request in a new
-///    session, and `exec` keeps the pid, so `$$` is the process-group (and session) id;
-/// 2. changes to `dir`;
-/// 3. applies the environment plan;
-/// 4. starts the [supervisor](supervisor_script) on the channel's stdin (unless a script body
-///    too large to inline needs stdin);
-/// 5. runs the user's program: `exec sh -c <command> </dev/null`, or for a script
-///    `printf %s <body> | <interpreter> [argument]` (or `exec <interpreter> [argument]` with
-///    the body on the channel's stdin when it is too large).
+/// 1. changes to `dir`;
+/// 2. applies the environment plan;
+/// 3. runs the user's program: `exec sh -c <command> </dev/null` (through a pipe when the
+///    command is longer than [`ARGV_LIMIT`]), or for a script
+///    `printf %s <body> | <interpreter> [argument]`.
 pub(crate) fn wrapper(
     program: &Program,
     dir: Option<&Path>,
@@ -75,7 +161,7 @@ pub(crate) fn wrapper(
     marker: &str,
     supervision: Supervision,
 ) -> Result<Wrapped> {
-    let mut script = marker_line(marker);
+    let mut payload = Vec::new();
 
     if let Some(dir) = dir {
         let bytes = dir.as_os_str().as_encoded_bytes();
@@ -86,33 +172,28 @@ pub(crate) fn wrapper(
             target.extend_from_slice(b"./");
         }
         target.extend_from_slice(bytes);
-        script.extend_from_slice(b"cd -- ");
-        script.extend_from_slice(&quote(&target));
-        script.extend_from_slice(b" || exit 1\n");
+        payload.extend_from_slice(b"cd -- ");
+        payload.extend_from_slice(&quote_line(&target));
+        payload.extend_from_slice(b" || exit 1; ");
     }
 
     env.validate()?;
     if !env.clear {
         if !env.remove.is_empty() {
-            script.extend_from_slice(b"unset");
+            payload.extend_from_slice(b"unset");
             for name in &env.remove {
-                script.push(b' ');
-                script.extend_from_slice(name.as_bytes());
+                payload.push(b' ');
+                payload.extend_from_slice(name.as_bytes());
             }
-            script.push(b'\n');
+            payload.extend_from_slice(b"; ");
         }
         for (name, value) in &env.set {
-            script.extend_from_slice(b"export ");
-            script.extend_from_slice(name.as_bytes());
-            script.push(b'=');
-            script.extend_from_slice(&quote(value.as_bytes()));
-            script.push(b'\n');
+            payload.extend_from_slice(b"export ");
+            payload.extend_from_slice(name.as_bytes());
+            payload.push(b'=');
+            payload.extend_from_slice(&quote_line(value.as_bytes()));
+            payload.extend_from_slice(b"; ");
         }
-    }
-
-    let controlled = program.stdin().len() <= INLINE_BODY_LIMIT;
-    if controlled {
-        script.extend_from_slice(supervisor_script(supervision).as_bytes());
     }
 
     let mut env_prefix = Vec::new();
@@ -123,19 +204,30 @@ pub(crate) fn wrapper(
             let mut pair = name.as_bytes().to_vec();
             pair.push(b'=');
             pair.extend_from_slice(value.as_bytes());
-            env_prefix.extend_from_slice(&quote(&pair));
+            env_prefix.extend_from_slice(&quote_line(&pair));
             env_prefix.push(b' ');
         }
     }
-    let mut stdin = Vec::new();
     match program {
         Program::Shell(command) => {
             reject_nul("the command", command.as_bytes())?;
-            script.extend_from_slice(b"exec ");
-            script.extend_from_slice(&env_prefix);
-            script.extend_from_slice(b"sh -c ");
-            script.extend_from_slice(&quote(command.as_bytes()));
-            script.extend_from_slice(b" </dev/null");
+            if command.len() <= ARGV_LIMIT {
+                payload.extend_from_slice(b"exec ");
+                payload.extend_from_slice(&env_prefix);
+                payload.extend_from_slice(b"sh -c ");
+                payload.extend_from_slice(&quote_line(command.as_bytes()));
+                payload.extend_from_slice(b" </dev/null");
+            } else {
+                // Too long for one argv string: the shell reads it from a pipe on fd 3 and
+                // evals it, with `$0` = `sh` and stdin at EOF as under `sh -c`.
+                payload.extend_from_slice(b"printf %s ");
+                payload.extend_from_slice(&quote_line(command.as_bytes()));
+                payload.extend_from_slice(b" | { exec ");
+                payload.extend_from_slice(&env_prefix);
+                payload.extend_from_slice(
+                    b"sh -c 'c=$(cat <&3); exec 3<&-; eval \"$c\"' sh 3<&0 </dev/null; }",
+                );
+            }
         }
         Program::Script {
             interpreter,
@@ -143,42 +235,39 @@ pub(crate) fn wrapper(
             body,
         } => {
             reject_nul("the interpreter", interpreter.as_bytes())?;
-            if controlled {
-                reject_nul("the script", body)?;
-                script.extend_from_slice(b"printf %s ");
-                script.extend_from_slice(&quote(body));
-                script.extend_from_slice(b" | ");
-            } else {
-                script.extend_from_slice(b"exec ");
-                stdin = body.clone();
-            }
-            script.extend_from_slice(&env_prefix);
-            script.extend_from_slice(&quote(interpreter.as_bytes()));
+            reject_nul("the script", body)?;
+            payload.extend_from_slice(b"printf %s ");
+            payload.extend_from_slice(&quote_line(body));
+            payload.extend_from_slice(b" | ");
+            payload.extend_from_slice(&env_prefix);
+            payload.extend_from_slice(&quote_line(interpreter.as_bytes()));
             if let Some(argument) = argument {
                 reject_nul("the interpreter argument", argument.as_bytes())?;
-                script.push(b' ');
-                script.extend_from_slice(&quote(argument.as_bytes()));
+                payload.push(b' ');
+                payload.extend_from_slice(&quote_line(argument.as_bytes()));
             }
         }
     }
-    script.push(b'\n');
+    payload.push(b'\n');
 
-    let mut request = b"exec /bin/sh -c ".to_vec();
-    request.extend_from_slice(&quote(&script));
     Ok(Wrapped {
-        request,
-        stdin,
-        controlled,
+        request: bootstrap(marker, Some(supervision)),
+        stdin: payload,
+        controlled: true,
     })
 }
 
-/// Not part of the API: the exec request the executor sends for a shell `command` with no
-/// workdir, no environment changes and the default kill grace (1 s). The benchmark harness
-/// sends it over a bare russh channel, so that the remote work is identical and the
-/// difference is the pool's own cost. The channel's stdin must stay open until the command
-/// ends (it is the supervisor's control line; EOF means "the client is gone").
+/// Not part of the API: the exec request and the stdin payload the executor sends for a shell
+/// `command` with no workdir, no environment changes and the default kill grace (1 s). The
+/// benchmark harness sends them over a bare russh channel, so that the remote work is
+/// identical and the difference is the pool's own cost. After the payload the channel's
+/// stdin must stay open until the command ends (it is the supervisor's control line; EOF
+/// means "the client is gone").
 #[doc(hidden)]
-pub fn exec_request_for_benchmarks(command: &str, kill_on_disconnect: bool) -> Result<Vec<u8>> {
+pub fn exec_request_for_benchmarks(
+    command: &str,
+    kill_on_disconnect: bool,
+) -> Result<(Vec<u8>, Vec<u8>)> {
     let supervision = Supervision {
         kill_on_disconnect,
         grace: std::time::Duration::from_secs(1),
@@ -188,10 +277,10 @@ pub fn exec_request_for_benchmarks(command: &str, kill_on_disconnect: bool) -> R
         &program,
         None,
         &EnvPlan::default(),
-        &marker_prefix(0),
+        &crate::command::marker::marker_prefix(0),
         supervision,
     )?;
-    Ok(wrapped.request)
+    Ok((wrapped.request, wrapped.stdin))
 }
 
 #[cfg(test)]
@@ -207,10 +296,13 @@ mod tests {
         grace: std::time::Duration::from_secs(1),
     };
 
-    fn run_wrapper_locally(request: &[u8], stdin: &[u8]) -> std::process::Output {
+    /// Runs `request` as `<login shell> -c <request>` (as sshd does) with `stdin`, in the
+    /// test's process group (not a group leader: the bootstrap's `setsid` path).
+    fn run_as(login_shell: &[&str], request: &[u8], stdin: &[u8]) -> std::process::Output {
         use std::io::Write;
         use std::os::unix::ffi::OsStrExt;
-        let mut child = Command::new("sh")
+        let mut child = Command::new(login_shell[0])
+            .args(&login_shell[1..])
             .arg("-c")
             .arg(std::ffi::OsStr::from_bytes(request))
             .stdin(std::process::Stdio::piped())
@@ -223,6 +315,20 @@ mod tests {
         child.wait_with_output().unwrap()
     }
 
+    fn run_wrapper_locally(wrapped: &Wrapped, extra: &[u8]) -> std::process::Output {
+        let mut stdin = wrapped.stdin.clone();
+        stdin.extend_from_slice(extra);
+        run_as(&["sh"], &wrapped.request, &stdin)
+    }
+
+    fn strip_marker(marker: &str, stderr: Vec<u8>) -> (Option<u32>, Vec<u8>) {
+        let mut parser = MarkerParser::new(marker);
+        let (pgid, rest) = parser.feed(Bytes::from(stderr));
+        let mut rest = rest.concat();
+        rest.extend(parser.give_up().concat());
+        (pgid, rest)
+    }
+
     #[test]
     fn wrapper_reports_pid_changes_dir_and_applies_env_in_order() {
         let dir = tempfile::tempdir().unwrap();
@@ -231,17 +337,17 @@ mod tests {
             remove: vec!["HOME".into(), "KEEP".into()],
             set: vec![("KEEP".into(), "it's\nset".into())],
         };
-        let request = wrapper(
+        let wrapped = wrapper(
             &Program::Shell("pwd; printf '%s|' \"${HOME-unset}\" \"$KEEP\"; cat".into()),
             Some(dir.path()),
             &env,
             &marker_prefix(7),
             QUIET,
         )
-        .unwrap()
-        .request;
+        .unwrap();
+        assert!(!wrapped.request.windows(4).any(|w| w == b"KEEP"));
         // The user command's stdin is /dev/null whatever the channel carries.
-        let out = run_wrapper_locally(&request, b"not for the command");
+        let out = run_wrapper_locally(&wrapped, b"not for the command");
         let stderr = String::from_utf8(out.stderr).unwrap();
         assert!(
             stderr.starts_with("@@swiftide-ssh:0000000000000007:"),
@@ -253,7 +359,7 @@ mod tests {
     }
 
     #[test]
-    fn wrapper_clears_env_and_runs_inline_scripts() {
+    fn wrapper_clears_env_and_runs_scripts() {
         let env = EnvPlan {
             clear: true,
             remove: vec![],
@@ -262,54 +368,149 @@ mod tests {
         let program =
             Program::parse("#!/bin/sh -e\nenv | sort | grep -v '^PWD='\nfalse\necho after");
         let wrapped = wrapper(&program, None, &env, &marker_prefix(1), QUIET).unwrap();
-        assert!(wrapped.controlled && wrapped.stdin.is_empty());
-        let out = run_wrapper_locally(&wrapped.request, b"");
+        assert!(wrapped.controlled);
+        let out = run_wrapper_locally(&wrapped, b"");
         assert_eq!(String::from_utf8_lossy(&out.stdout), "ONLY=1\n");
         assert!(!out.status.success());
     }
 
     #[test]
-    fn own_scripts_report_their_group_like_the_wrapper() {
+    fn own_scripts_report_their_group_and_read_their_data() {
         let marker = marker_prefix(9);
-        let request = script_request(&marker, b"echo out; echo err >&2");
-        let wrapped = wrapper(
-            &Program::Shell("true".into()),
-            None,
-            &EnvPlan::default(),
-            &marker,
-            QUIET,
-        )
-        .unwrap();
-        // Both scripts open with the same marker line, so one parser serves both.
-        let quoted_line = quote(&marker_line(&marker));
-        let opening = quoted_line.strip_suffix(b"'").unwrap();
-        let shell = b"exec /bin/sh -c ".len();
-        assert!(request[shell..].starts_with(opening));
-        assert!(wrapped.request[shell..].starts_with(opening));
-
-        let out = run_wrapper_locally(&request, b"");
-        assert_eq!(out.stdout, b"out\n");
-        let mut parser = MarkerParser::new(&marker);
-        let (pgid, rest) = parser.feed(Bytes::from(out.stderr));
+        let wrapped =
+            script_request(&marker, b"echo out\necho err >&2\ncat", b"DATA\nmore").unwrap();
+        assert!(!wrapped.controlled);
+        let out = run_wrapper_locally(&wrapped, b"");
+        assert_eq!(out.stdout, b"out\nDATA\nmore");
+        let (pgid, rest) = strip_marker(&marker, out.stderr);
         assert!(pgid.is_some_and(|pgid| pgid > 0));
-        assert_eq!(rest.concat(), b"err\n");
+        assert_eq!(rest, b"err\n");
     }
 
     #[test]
-    fn large_script_bodies_go_on_stdin() {
-        let body = format!("echo {}\n", "x".repeat(INLINE_BODY_LIMIT));
+    fn bodies_and_commands_of_any_size_keep_the_supervisor() {
+        // A shebang body far above what an argv string or Dropbear's request limit holds.
+        let body = format!("printf %s {}\n", "x".repeat(300 * 1024));
         let program = Program::parse(&format!("#!/bin/sh\n{body}"));
-        let wrapped = wrapper(&program, None, &EnvPlan::default(), "m", QUIET).unwrap();
-        assert!(!wrapped.controlled);
-        assert_eq!(wrapped.stdin, body.as_bytes());
-        let out = run_wrapper_locally(&wrapped.request, &wrapped.stdin);
-        assert_eq!(out.stdout.len(), INLINE_BODY_LIMIT + 1);
+        let wrapped = wrapper(&program, None, &EnvPlan::default(), "@@m:", QUIET).unwrap();
+        assert!(wrapped.controlled && wrapped.request.len() < 4096);
+        let out = run_wrapper_locally(&wrapped, b"");
+        assert_eq!(out.stdout.len(), 300 * 1024);
+
+        // A command above ARGV_LIMIT, with quotes and newlines, runs as `sh -c` would.
+        let command = format!(
+            "x='{}'\nprintf '%s|%s' \"${{#x}}\" \"$0\"; cat",
+            "a'b".replace('\'', "q").repeat(60 * 1024)
+        );
+        assert!(command.len() > ARGV_LIMIT);
+        let wrapped = wrapper(
+            &Program::Shell(command),
+            None,
+            &EnvPlan::default(),
+            "@@m:",
+            QUIET,
+        )
+        .unwrap();
+        let out = run_wrapper_locally(&wrapped, b"not for the command");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            format!("{}|sh", 3 * 60 * 1024)
+        );
+        assert!(out.status.success(), "{out:?}");
+    }
+
+    /// `(login shell, how to run it)`; every one must be installed where `CI` is set.
+    const LOGIN_SHELLS: &[(&str, &[&str])] = &[
+        ("sh", &["sh"]),
+        ("dash", &["dash"]),
+        ("bash", &["bash"]),
+        ("zsh", &["zsh", "-f"]),
+        ("mksh", &["mksh"]),
+        ("busybox", &["busybox", "ash"]),
+        ("fish", &["fish", "--no-config"]),
+        ("tcsh", &["tcsh", "-f"]),
+    ];
+
+    fn installed(name: &str) -> bool {
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!("command -v {name}"))
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }
+
+    #[test]
+    fn every_login_shell_runs_exactly_the_text_sent() {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().unwrap();
+        let odd_dir = dir.path().join("it's a \\ $HOME !x\nnew");
+        std::fs::create_dir(&odd_dir).unwrap();
+        // Everything a login shell could reinterpret: quotes, backslash pairs, `!`, `$`,
+        // newlines, a quoted heredoc, CR, non-UTF-8.
+        let command = "printf '%s\\n' \"$0\" 'it'\\''s' '\\\\' '!x' \"$V\"; cat <<'EOF'\n$HOME \\\\ `x` !!\nEOF\nprintf 'a\\\\nb\\r\\xff'; pwd";
+        let env = EnvPlan {
+            clear: false,
+            remove: vec![],
+            set: vec![("V".into(), "v'\\\\ $x !y\nz".into())],
+        };
+        let wrapped = wrapper(
+            &Program::Shell(command.into()),
+            Some(&odd_dir),
+            &env,
+            "@@m:",
+            QUIET,
+        )
+        .unwrap();
+        let request = std::str::from_utf8(&wrapped.request).unwrap();
+        assert!(request.starts_with("exec /bin/sh -c '"));
+        assert!(is_neutral(
+            &request["exec /bin/sh -c '".len()..request.len() - 1].replace("' '", "")
+        ));
+
+        // What `sh -c` prints for the same command in the same place: the reference.
+        let expected = Command::new("sh")
+            .arg("-c")
+            .arg(command)
+            .current_dir(&odd_dir)
+            .env("V", "v'\\\\ $x !y\nz")
+            .output()
+            .unwrap();
+        assert!(expected.status.success());
+        let mut missing = Vec::new();
+        for (name, invocation) in LOGIN_SHELLS {
+            if !installed(invocation[0]) {
+                missing.push(*name);
+                continue;
+            }
+            let out = run_as(invocation, &wrapped.request, &wrapped.stdin);
+            let (pgid, stderr) = strip_marker("@@m:", out.stderr);
+            assert!(
+                pgid.is_some(),
+                "{name}: no marker; stderr {:?}",
+                String::from_utf8_lossy(&stderr)
+            );
+            assert_eq!(
+                out.stdout,
+                expected.stdout,
+                "{name} ran different text: {:?}",
+                std::ffi::OsStr::from_bytes(&out.stdout)
+            );
+            assert_eq!(stderr, expected.stderr, "{name}");
+            assert!(out.status.success(), "{name}: {:?}", out.status);
+        }
+        if !missing.is_empty() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "login shells missing in CI: {missing:?}"
+            );
+            eprintln!("login shells not installed here, not tested: {missing:?}");
+        }
     }
 
     /// Starts a wrapped command locally in its own session (as sshd does) with a pipe for
     /// the channel's stdin; returns the child and its pgid (read from the marker).
     fn spawn_supervised(command: &str, supervision: Supervision) -> (std::process::Child, u32) {
-        use std::io::{BufRead, BufReader};
+        use std::io::{BufRead, BufReader, Write};
         use std::os::unix::ffi::OsStrExt;
         let wrapped = wrapper(
             &Program::Shell(command.into()),
@@ -327,6 +528,13 @@ mod tests {
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .spawn()
+            .unwrap();
+        // The payload line; stdin then stays open as the supervisor's control line.
+        child
+            .stdin
+            .as_mut()
+            .unwrap()
+            .write_all(&wrapped.stdin)
             .unwrap();
         let mut line = String::new();
         BufReader::new(child.stderr.take().unwrap())

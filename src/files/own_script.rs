@@ -20,11 +20,12 @@ pub(crate) async fn run_script(
     sink: &mut OutputSink<'_>,
 ) -> Result<Execution> {
     let marker = command::marker_prefix(rand::random());
+    let wrapped = command::script_request(&marker, script, &stdin)?;
     let request = ExecRequest {
-        wrapper: command::script_request(&marker, script),
-        stdin,
+        wrapper: wrapped.request,
+        stdin: wrapped.stdin,
         marker,
-        controlled: false,
+        controlled: wrapped.controlled,
     };
     command::execute(&executor.inner, request, None, sink).await
 }

@@ -217,6 +217,7 @@ impl SshExecutor {
             })
             .await;
         match result {
+            Err(Error::SftpUnavailable { .. }) => exec_fallback::read_via_exec(self, path).await,
             // OpenSSH opens a directory fine and then fails the read with a bare "Failure".
             Err(Error::Sftp {
                 status: Some(SftpStatus::Failure),
@@ -247,8 +248,9 @@ impl SshExecutor {
     ///   old file keep the old content, and ACLs or extended attributes are not copied.
     /// * If the directory does not allow creating the temporary file but the file itself is
     ///   writable, the content is written in place (not atomic), as LocalExecutor does.
-    /// * A path that is not valid UTF-8 is written by a shell script over exec
-    ///   (`cat > temp && mv`), with the same atomicity but without keeping the owner.
+    /// * A path that is not valid UTF-8, or a server without SFTP, is written by a shell
+    ///   script over exec (`cat > temp && mv`), with the same atomicity but without keeping
+    ///   the owner.
     ///
     /// # Errors
     /// [`Error::Sftp`] naming the path (with LocalExecutor's reason text when the server gave
@@ -274,10 +276,17 @@ impl SshExecutor {
             return exec_fallback::write_via_exec(self, path, content).await;
         }
         sftp_path(path)?;
-        self.with_sftp(Retry::Idempotent, |channel| async move {
-            self.write_atomic(&channel, path, content).await
-        })
-        .await
+        let result = self
+            .with_sftp(Retry::Idempotent, |channel| async move {
+                self.write_atomic(&channel, path, content).await
+            })
+            .await;
+        match result {
+            Err(Error::SftpUnavailable { .. }) => {
+                exec_fallback::write_via_exec(self, path, content).await
+            }
+            other => other,
+        }
     }
 
     /// Metadata of `path`, following symlinks.

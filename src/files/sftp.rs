@@ -227,12 +227,7 @@ impl SftpChannel {
             tokio::time::timeout(config.connect_timeout, subsystem_reply(&mut channel)).await;
         if answer != Ok(true) {
             let _ = channel.close().await;
-            return Err(executor.file_failure(
-                "start",
-                "",
-                "the server refused the sftp subsystem",
-                None,
-            ));
+            return Err(unavailable(config));
         }
         let broken = Arc::new(AtomicBool::new(false));
         let stream = Watched {
@@ -248,6 +243,9 @@ impl SftpChannel {
         let negotiated = tokio::time::timeout(config.connect_timeout, negotiate(raw)).await;
         let (raw, lengths, posix_rename) = match negotiated {
             Ok(Ok(done)) => done,
+            // Accepted, then closed before the version exchange: no sftp-server behind the
+            // subsystem (Dropbear runs `<shell> -c /usr/lib/sftp-server`, which exits 126).
+            Ok(Err(_)) if broken.load(Ordering::Acquire) => return Err(unavailable(config)),
             Ok(Err(error)) => return Err(executor.sftp_error("start", "", error)),
             Err(_) => {
                 return Err(Error::Timeout {
@@ -565,10 +563,25 @@ async fn negotiate(
     Ok((raw, lengths, posix_rename))
 }
 
-/// The SFTP channel a pooled connection holds (the pool keeps it type-erased).
-fn held_channel(slot: &Option<Arc<dyn std::any::Any + Send + Sync>>) -> Option<Arc<SftpChannel>> {
+/// What a pooled connection remembers about SFTP (the pool keeps it type-erased).
+type Held = Option<Arc<dyn std::any::Any + Send + Sync>>;
+
+/// Kept on a connection whose server turned out to have no usable SFTP subsystem, so that
+/// it is asked once per connection, not once per file.
+#[derive(Debug)]
+struct NoSftp;
+
+/// The SFTP channel a pooled connection holds.
+fn held_channel(slot: &Held) -> Option<Arc<SftpChannel>> {
     slot.clone()
         .and_then(|held| held.downcast::<SftpChannel>().ok())
+}
+
+fn unavailable(config: &crate::config::Config) -> Error {
+    Error::SftpUnavailable {
+        host: config.host.clone(),
+        port: config.port,
+    }
 }
 
 impl SshExecutor {
@@ -584,12 +597,24 @@ impl SshExecutor {
         let executor = self.clone();
         tokio::spawn(async move {
             let mut slot = session.sftp.lock().await;
+            if slot.as_ref().is_some_and(|held| held.is::<NoSftp>()) {
+                return Err(unavailable(&executor.inner.config));
+            }
             if let Some(channel) = held_channel(&slot).filter(|channel| !channel.is_broken()) {
                 return Ok(channel);
             }
-            let channel = Arc::new(SftpChannel::open(&executor, &session).await?);
-            *slot = Some(channel.clone());
-            Ok(channel)
+            match SftpChannel::open(&executor, &session).await {
+                Ok(channel) => {
+                    let channel = Arc::new(channel);
+                    *slot = Some(channel.clone());
+                    Ok(channel)
+                }
+                Err(error @ Error::SftpUnavailable { .. }) => {
+                    *slot = Some(Arc::new(NoSftp));
+                    Err(error)
+                }
+                Err(error) => Err(error),
+            }
         })
         .await
         .map_err(|e| {

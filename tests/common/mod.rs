@@ -1,6 +1,8 @@
 //! Shared helpers: start a real sshd testbed and point an executor at it.
 #![allow(dead_code)]
 
+pub mod differential;
+
 use std::time::{Duration, Instant};
 
 use swiftide_ssh_executor::{SshExecutor, SshExecutorBuilder};

@@ -1,0 +1,368 @@
+//! The compatibility matrix: every login shell users have (bash, dash, zsh, mksh, BusyBox ash,
+//! fish, tcsh) behind OpenSSH, and Dropbear with and without an SFTP server. Each row runs the
+//! differential table against LocalExecutor, the kill tests (timeout, cancellation,
+//! disconnect) and the file tests. Needs root (the testbed creates one account per shell)
+//! and the Debian packages `fish zsh tcsh mksh busybox dropbear-bin openssh-sftp-server`.
+//!
+//! Each test prints `matrix:` lines with its figures (differential cases same/different, kill
+//! times); the README's matrix is made from them.
+
+mod common;
+
+use std::{
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use common::{
+    differential::{self, cases, seed},
+    remote_processes, token, wait_until_gone,
+};
+use futures::StreamExt;
+use swiftide_core::{Command, CommandError, ToolExecutor};
+use swiftide_ssh_executor::{ExitStatus, SshExecutor, SshExecutorBuilder};
+use swiftide_ssh_testbed::{LoginShell, Testbed};
+
+/// One row of the matrix.
+#[derive(Debug, Clone)]
+enum Row {
+    OpenSsh(LoginShell),
+    Dropbear { sftp: bool },
+}
+
+impl Row {
+    fn name(&self) -> String {
+        match self {
+            Row::OpenSsh(shell) => format!("openssh/{}", shell.name()),
+            Row::Dropbear { sftp: true } => "dropbear/sftp".to_owned(),
+            Row::Dropbear { sftp: false } => "dropbear/no-sftp".to_owned(),
+        }
+    }
+
+    fn start(&self) -> Testbed {
+        let builder = match self {
+            Row::OpenSsh(shell) => Testbed::builder().login_shell(shell.clone()),
+            // Dropbear rows log in through dash, Debian's /bin/sh, like a BusyBox host's ash.
+            Row::Dropbear { sftp } => Testbed::builder()
+                .dropbear()
+                .sftp(*sftp)
+                .login_shell(LoginShell::Dash),
+        };
+        builder
+            .start()
+            .unwrap_or_else(|e| panic!("{}: cannot start the testbed: {e}", self.name()))
+    }
+}
+
+fn builder(tb: &Testbed) -> SshExecutorBuilder {
+    common::builder(tb)
+}
+
+/// A directory inside the scratch directory that `tb`'s account owns.
+fn workdir(tb: &Testbed, name: &str) -> PathBuf {
+    let dir = tb.scratch_dir().join(name);
+    let out = tb
+        .run(&format!("mkdir -p '{}'", dir.display()))
+        .expect("mkdir over ssh");
+    assert!(out.status.success(), "{out:?}");
+    dir
+}
+
+async fn differential(row: Row) {
+    let tb = row.start();
+    let dir = workdir(&tb, "diff");
+    seed(&dir);
+    // Files seeded by root must be readable by the account.
+    std::process::Command::new("chmod")
+        .args(["-R", "a+rwX"])
+        .arg(&dir)
+        .status()
+        .unwrap();
+    let (local, remote) = differential::executors(&dir, builder(&tb));
+    let remote = remote.build().await.unwrap();
+    let cases = cases(&dir);
+    let mismatches = differential::compare(&local, &remote, &cases).await;
+    eprintln!(
+        "matrix: {} differential {}/{} same",
+        row.name(),
+        cases.len() - mismatches.len(),
+        cases.len()
+    );
+    assert!(
+        mismatches.is_empty(),
+        "{}: {} of {} cases differ from LocalExecutor:\n{}",
+        row.name(),
+        mismatches.len(),
+        cases.len(),
+        mismatches.join("\n")
+    );
+
+    // Beyond LocalExecutor: a 1 MiB command (LocalExecutor's argv holds 128 KiB) and a
+    // 200 KiB environment value... up to the kernel's limit for one environment string.
+    let big = format!("x='{}'; printf %s \"${{#x}}\"", "y".repeat(1024 * 1024));
+    let run = remote.run(&big).await.unwrap();
+    assert_eq!(run.stdout(), b"1048576", "{}: 1 MiB command", row.name());
+    let env_value = "v".repeat(120 * 1024);
+    let with_env = builder(&tb)
+        .envs([("BIG", env_value.as_str())])
+        .build()
+        .await
+        .unwrap();
+    let run = with_env.run("printf %s \"${#BIG}\"").await.unwrap();
+    assert_eq!(
+        run.stdout(),
+        (120 * 1024).to_string().as_bytes(),
+        "{}: 120 KiB environment value",
+        row.name()
+    );
+}
+
+/// Waits for `count` processes matching `pattern` to run.
+async fn wait_for(pattern: &str, count: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while remote_processes(pattern).len() < count {
+        assert!(Instant::now() < deadline, "never started: {pattern}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn kills(row: Row) {
+    let tb = row.start();
+    let ex = builder(&tb).build().await.unwrap();
+
+    // Timeout: the whole group dies, background children included.
+    let t = token();
+    let pattern = format!("^sleep 300.{t}");
+    let started = Instant::now();
+    let result = ex
+        .exec_cmd(
+            &Command::shell(format!("sleep 300.{t} & sleep 300.{t}"))
+                .with_timeout(Duration::from_millis(500)),
+        )
+        .await;
+    assert!(
+        matches!(result, Err(CommandError::TimedOut { .. })),
+        "{}: {result:?}",
+        row.name()
+    );
+    let left = wait_until_gone(&pattern, Duration::from_secs(3)).await;
+    assert!(
+        left.is_empty(),
+        "{}: survivors of a timeout: {left:?}",
+        row.name()
+    );
+    eprintln!(
+        "matrix: {} timeout kill: returned and group gone after {:?} (timeout 500 ms, grace 1 s)",
+        row.name(),
+        started.elapsed()
+    );
+
+    // Cancellation: dropping the future kills the group.
+    let t = token();
+    let pattern = format!("^sleep 300.{t}");
+    let command = format!("sleep 300.{t} & sleep 300.{t}");
+    let running = ex.run(&command);
+    let cancelled = tokio::time::timeout(Duration::from_secs(10), async {
+        tokio::select! {
+            _ = running => panic!("the command ended by itself"),
+            _ = wait_for(&pattern, 2) => {}
+        }
+    })
+    .await;
+    assert!(cancelled.is_ok(), "{}: never started", row.name());
+    let dropped = Instant::now();
+    let left = wait_until_gone(&pattern, Duration::from_secs(5)).await;
+    assert!(
+        left.is_empty(),
+        "{}: survivors of a cancel: {left:?}",
+        row.name()
+    );
+    eprintln!(
+        "matrix: {} cancel kill: group gone {:?} after the drop",
+        row.name(),
+        dropped.elapsed()
+    );
+
+    // Disconnect: the server's connection process dies (as when the client vanishes); the
+    // supervisor sees its stdin close and kills the group.
+    let t = token();
+    let pattern = format!("^sleep 300.{t}");
+    let running = {
+        let ex = ex.clone();
+        let command = format!("sleep 300.{t} & sleep 300.{t}");
+        tokio::spawn(async move { ex.run(&command).await })
+    };
+    wait_for(&pattern, 2).await;
+    let pids: Vec<String> = tb.connection_pids().iter().map(u32::to_string).collect();
+    assert!(!pids.is_empty(), "{}: no connection process", row.name());
+    let killed = Instant::now();
+    std::process::Command::new("kill")
+        .arg("-KILL")
+        .args(&pids)
+        .status()
+        .unwrap();
+    let left = wait_until_gone(&pattern, Duration::from_secs(5)).await;
+    assert!(
+        left.is_empty(),
+        "{}: survivors of a disconnect: {left:?}",
+        row.name()
+    );
+    eprintln!(
+        "matrix: {} disconnect kill: group gone {:?} after the connection died",
+        row.name(),
+        killed.elapsed()
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(10), running).await;
+
+    // A script body larger than any request keeps the kill too.
+    let t = token();
+    let pattern = format!("^sleep 300.{t}");
+    let script = format!(
+        "#!/bin/sh\n# {}\nsleep 300.{t} & sleep 300.{t}\n",
+        "pad ".repeat(20 * 1024)
+    );
+    let ex = builder(&tb).build().await.unwrap();
+    let result = ex
+        .exec_cmd(&Command::shell(script).with_timeout(Duration::from_millis(800)))
+        .await;
+    assert!(
+        matches!(result, Err(CommandError::TimedOut { .. })),
+        "{result:?}"
+    );
+    let left = wait_until_gone(&pattern, Duration::from_secs(3)).await;
+    assert!(
+        left.is_empty(),
+        "{}: survivors of a big script: {left:?}",
+        row.name()
+    );
+}
+
+async fn files(row: Row) {
+    let tb = row.start();
+    let dir = workdir(&tb, "files");
+    let ex = builder(&tb).workdir(&dir).build().await.unwrap();
+
+    // ReadFile / WriteFile, over SFTP or (without an sftp-server) the shell fallback.
+    let odd = "it's a \\ $HOME !x\nnew.txt";
+    ex.exec_cmd(&Command::write_file(odd, "content 'quoted' \\ $x\n"))
+        .await
+        .unwrap_or_else(|e| panic!("{}: write: {e}", row.name()));
+    let read = ex.exec_cmd(&Command::read_file(odd)).await.unwrap();
+    assert_eq!(
+        read.to_string(),
+        "content 'quoted' \\ $x\n",
+        "{}",
+        row.name()
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join(odd)).unwrap(),
+        "content 'quoted' \\ $x\n"
+    );
+    // Atomic replace keeps the mode; parents are created.
+    std::fs::set_permissions(
+        dir.join(odd),
+        std::os::unix::fs::PermissionsExt::from_mode(0o640),
+    )
+    .unwrap();
+    ex.exec_cmd(&Command::write_file(odd, "second"))
+        .await
+        .unwrap();
+    let mode = std::fs::metadata(dir.join(odd)).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
+        0o640,
+        "{}",
+        row.name()
+    );
+    ex.exec_cmd(&Command::write_file("a/b/c.txt", "deep"))
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(dir.join("a/b/c.txt")).unwrap(), b"deep");
+    // Binary bytes and errors.
+    ex.write_file_bytes(Path::new("bin.dat"), &[0, 255, 1, 254])
+        .await
+        .unwrap();
+    assert_eq!(
+        ex.read_file_bytes(Path::new("bin.dat")).await.unwrap(),
+        [0, 255, 1, 254]
+    );
+    let missing = ex.exec_cmd(&Command::read_file("missing.txt")).await;
+    assert!(
+        matches!(&missing, Err(CommandError::NonZeroExit(out)) if out.to_string().contains("No such file")),
+        "{}: {missing:?}",
+        row.name()
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.contains(".tmp") || name.starts_with(".swiftide"))
+        .collect();
+    assert!(
+        leftovers.is_empty(),
+        "{}: temp files left: {leftovers:?}",
+        row.name()
+    );
+
+    // stream_files with the server's `find`.
+    std::fs::write(dir.join("a/one.rs"), "fn one() {}").unwrap();
+    std::fs::write(dir.join("a/.hidden.rs"), "hidden").unwrap();
+    let mut stream = ex
+        .stream_files(&dir, Some(vec!["rs".into()]))
+        .await
+        .unwrap();
+    let mut found = Vec::new();
+    while let Some(node) = stream.next().await {
+        found.push(node.unwrap().path);
+    }
+    assert_eq!(found, vec![dir.join("a/one.rs")], "{}", row.name());
+    eprintln!("matrix: {} files ok", row.name());
+}
+
+/// Commands and exit statuses come back unchanged whatever the server.
+async fn statuses(row: Row) {
+    let tb = row.start();
+    let ex: SshExecutor = builder(&tb).build().await.unwrap();
+    let run = ex.run("exit 3").await.unwrap();
+    assert_eq!(run.status, ExitStatus::Code(3), "{}", row.name());
+    let run = ex.run("echo $0").await.unwrap();
+    assert_eq!(run.stdout(), b"sh\n", "{}", row.name());
+}
+
+macro_rules! matrix_row {
+    ($module:ident, $row:expr) => {
+        mod $module {
+            use super::*;
+
+            #[tokio::test]
+            async fn differential_table() {
+                differential($row).await;
+            }
+
+            #[tokio::test]
+            async fn kill_on_timeout_cancel_and_disconnect() {
+                kills($row).await;
+            }
+
+            #[tokio::test]
+            async fn file_commands() {
+                files($row).await;
+            }
+
+            #[tokio::test]
+            async fn exit_statuses() {
+                statuses($row).await;
+            }
+        }
+    };
+}
+
+matrix_row!(openssh_bash, Row::OpenSsh(LoginShell::Bash));
+matrix_row!(openssh_dash, Row::OpenSsh(LoginShell::Dash));
+matrix_row!(openssh_zsh, Row::OpenSsh(LoginShell::Zsh));
+matrix_row!(openssh_mksh, Row::OpenSsh(LoginShell::Mksh));
+matrix_row!(openssh_busybox_ash, Row::OpenSsh(LoginShell::BusyboxAsh));
+matrix_row!(openssh_fish, Row::OpenSsh(LoginShell::Fish));
+matrix_row!(openssh_tcsh, Row::OpenSsh(LoginShell::Tcsh));
+matrix_row!(dropbear_sftp, Row::Dropbear { sftp: true });
+matrix_row!(dropbear_no_sftp, Row::Dropbear { sftp: false });
