@@ -66,7 +66,7 @@ for dirpath, _, files in os.walk(src):
         rel = os.path.relpath(path, src)
         top = rel.split(os.sep)[0]
         top = top[:-3] if top.endswith(".rs") else top
-        if top in ("lib", "main"):
+        if top in ("lib", "main", "bin"):  # binaries are crates of their own
             continue
         if top not in layer:
             problems.append(f"{rel}: module `{top}` is not declared in lib.rs")
