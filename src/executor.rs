@@ -167,7 +167,7 @@ impl SshExecutor {
             command::wrapper(&program, dir.as_deref(), &config.env, &marker, supervision)?;
         let request = ExecRequest {
             wrapper: wrapped.request,
-            stdin: wrapped.stdin,
+            stdin: wrapped.stdin.into(),
             marker,
             controlled: wrapped.controlled,
         };

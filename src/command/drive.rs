@@ -34,7 +34,7 @@ use crate::{
     },
     config::Config,
     error::{Error, Phase, Result},
-    pool::{self, Counters, Pool, PooledSlot, Running, Session},
+    pool::{self, ChannelCount, Counters, Pool, PooledSlot, Running, Session},
 };
 
 /// A fully prepared command.
@@ -44,7 +44,7 @@ pub(crate) struct ExecRequest {
     pub(crate) wrapper: Vec<u8>,
     /// Bytes for the command's stdin: the payload line, and for uncontrolled requests their
     /// data, followed by EOF.
-    pub(crate) stdin: Vec<u8>,
+    pub(crate) stdin: bytes::Bytes,
     /// The stderr marker prefix the wrapper prints with its pgid.
     pub(crate) marker: String,
     /// The channel's stdin is the wrapper's control line (see `Wrapped`): the kill
@@ -106,10 +106,18 @@ pub(crate) async fn execute(
     let (kill_tx, kill_rx) = oneshot::channel::<()>();
     let budget = Arc::new(tokio::sync::Semaphore::new(OUTPUT_BUDGET));
     let _close_budget = CloseBudgetOnDrop(budget.clone());
+    let gate = Arc::new(StartGate::default());
     // The driver's events belong to the caller's command span.
     tokio::spawn(
-        drive(inner.clone(), request, events_tx, budget.clone(), kill_rx)
-            .instrument(tracing::Span::current()),
+        drive(
+            inner.clone(),
+            request,
+            events_tx,
+            budget.clone(),
+            kill_rx,
+            gate.clone(),
+        )
+        .instrument(tracing::Span::current()),
     );
 
     let mut kept = Retained::new(inner.config.max_output_bytes);
@@ -135,6 +143,26 @@ pub(crate) async fn execute(
 
     let status = match finished {
         Some(result) => result?,
+        None if gate.abandon() => {
+            // The deadline passed before the command could start: nothing ran. If that is
+            // because the host cannot be reached (no live connection, dials failing), say
+            // so rather than "timed out"; otherwise (a full pool) it is an ordinary timeout.
+            let _ = kill_tx.send(());
+            let last_error = inner.registry.last_dial_error();
+            let connected = inner.registry.sessions().iter().any(|s| !s.is_dead());
+            if last_error.is_some() && !connected {
+                return Err(Error::PoolTimeout {
+                    host: inner.config.host.clone(),
+                    port: inner.config.port,
+                    waited: timeout.unwrap_or_default(),
+                    last_error,
+                });
+            }
+            ExitStatus::TimedOut {
+                timeout: timeout.unwrap_or_default(),
+                confirmed_dead: true,
+            }
+        }
         None => {
             let timeout = timeout.unwrap_or_default();
             let _ = kill_tx.send(());
@@ -189,40 +217,131 @@ fn driver_vanished(config: &Config) -> Error {
     }
 }
 
+/// Whether a command's exec request goes out, decided once: the driver claims it right before
+/// sending; a caller whose deadline passes first abandons it, and nothing is sent.
+#[derive(Debug, Default)]
+struct StartGate(std::sync::atomic::AtomicU8);
+
+impl StartGate {
+    const PENDING: u8 = 0;
+    const SENDING: u8 = 1;
+    const ABANDONED: u8 = 2;
+
+    fn claim(&self) -> bool {
+        self.0
+            .compare_exchange(
+                Self::PENDING,
+                Self::SENDING,
+                std::sync::atomic::Ordering::AcqRel,
+                std::sync::atomic::Ordering::Acquire,
+            )
+            .is_ok()
+    }
+
+    /// The request could not be sent after all: a retry may claim again.
+    fn unclaim(&self) {
+        let _ = self.0.compare_exchange(
+            Self::SENDING,
+            Self::PENDING,
+            std::sync::atomic::Ordering::AcqRel,
+            std::sync::atomic::Ordering::Acquire,
+        );
+    }
+
+    fn abandon(&self) -> bool {
+        self.0
+            .compare_exchange(
+                Self::PENDING,
+                Self::ABANDONED,
+                std::sync::atomic::Ordering::AcqRel,
+                std::sync::atomic::Ordering::Acquire,
+            )
+            .is_ok()
+    }
+}
+
 async fn drive(
     inner: Arc<Pool>,
     request: ExecRequest,
     events: mpsc::UnboundedSender<Event>,
     budget: Arc<tokio::sync::Semaphore>,
     mut kill: oneshot::Receiver<()>,
+    gate: Arc<StartGate>,
 ) {
-    let result = drive_command(&inner, request, &events, &budget, &mut kill).await;
+    let result = drive_command(&inner, request, &events, &budget, &mut kill, &gate).await;
     let _ = events.send(Event::Finished(result));
 }
 
+/// Runs the command, starting it again on another channel (and connection) while it fails
+/// before its exec request could have reached the server: the channel could not be opened
+/// (the connection died, as when the server restarts), the request could not be sent, or the
+/// server refused it (nothing ran). Retries stop `connect_timeout` after the first attempt.
+/// Once the request may have arrived, nothing is retried: a lost connection is
+/// [`Error::ConnectionLost`], "may have run".
 async fn drive_command(
     inner: &Arc<Pool>,
     request: ExecRequest,
     events: &mpsc::UnboundedSender<Event>,
     budget: &tokio::sync::Semaphore,
     kill: &mut oneshot::Receiver<()>,
+    gate: &StartGate,
 ) -> Result<ExitStatus> {
+    let give_up_at = Instant::now() + inner.config.connect_timeout;
+    loop {
+        let attempt = drive_once(inner, &request, events, budget, kill, gate).await;
+        if matches!(attempt, Attempt::NotSent(_)) {
+            gate.unclaim();
+        }
+        match attempt {
+            Attempt::Done(result) => return result,
+            Attempt::NotSent(error) if Instant::now() < give_up_at => {
+                inner
+                    .registry
+                    .counters
+                    .command_retries
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::debug!(%error, "starting the command again: its request never reached the server");
+            }
+            Attempt::NotSent(error) => return Err(error),
+        }
+    }
+}
+
+/// How one attempt at a command ended.
+enum Attempt {
+    Done(Result<ExitStatus>),
+    /// Failed before the exec request could have reached the server: safe to run again.
+    NotSent(Error),
+}
+
+async fn drive_once(
+    inner: &Arc<Pool>,
+    request: &ExecRequest,
+    events: &mpsc::UnboundedSender<Event>,
+    budget: &tokio::sync::Semaphore,
+    kill: &mut oneshot::Receiver<()>,
+    gate: &StartGate,
+) -> Attempt {
     let config = &inner.config;
     // Waiting for a slot is abortable: nothing has been sent yet.
-    let (mut slot, mut channel, _running) = match acquire_channel(inner, kill).await? {
-        Some(acquired) => acquired,
-        None => return Ok(ExitStatus::Unknown),
+    let (mut slot, mut channel, _open, _running) = match acquire_channel(inner, kill).await {
+        Ok(Acquired::Channel(slot, channel, count, running)) => (slot, channel, count, running),
+        Ok(Acquired::Killed) => return Attempt::Done(Ok(ExitStatus::Unknown)),
+        Ok(Acquired::Retry(error)) => return Attempt::NotSent(error),
+        Err(error) => return Attempt::Done(Err(error)),
     };
     tracing::trace!(session = slot.session.id, "channel open");
-    if !matches!(kill.try_recv(), Err(oneshot::error::TryRecvError::Empty)) {
+    if !matches!(kill.try_recv(), Err(oneshot::error::TryRecvError::Empty)) || !gate.claim() {
         // Timed out or cancelled while the channel was opening: nothing has run.
         release_unused(channel, config.connect_timeout).await;
-        return Ok(ExitStatus::Unknown);
+        return Attempt::Done(Ok(ExitStatus::Unknown));
     }
 
-    if let Err(source) = channel.exec(true, request.wrapper).await {
+    if let Err(source) = channel.exec(true, request.wrapper.clone()).await {
+        // russh queues messages for its session task; an error means the connection is gone
+        // and the request was never queued, let alone sent.
         slot.mark_broken();
-        return Err(Error::Ssh {
+        return Attempt::NotSent(Error::Ssh {
             host: config.host.clone(),
             port: config.port,
             phase: Phase::Exec,
@@ -234,28 +353,23 @@ async fn drive_command(
     let mut kill_wanted = false;
     let mut kill_sent = false;
     let mut give_up_at: Option<Instant> = None;
+    // The payload line (see `command::wrapper`), written by a task of its own so that the
+    // read loop notices a connection that dies meanwhile (russh waits for window space
+    // without end when the peer is gone). stdin then stays open: EOF would tell the
+    // supervisor that the client is gone.
+    let payload = request
+        .controlled
+        .then(|| PayloadWriter::start(&channel, &request.stdin));
     if request.controlled {
-        // The payload line (see `command::wrapper`); stdin then stays open, because EOF would
-        // tell the supervisor that the client is gone. The remote side runs nothing before it
-        // has the whole line, so a kill that comes first only closes stdin: the bootstrap
-        // exits with 125 and nothing ran.
-        tokio::select! {
-            biased;
-            _ = &mut *kill => {
-                kill_wanted = true;
-                kill_sent = true;
-                give_up_at = Some(Instant::now() + config.drain_timeout + config.connect_timeout);
-                let _ = channel.eof().await;
-            }
-            _ = channel.data(&request.stdin[..]) => {}
-        }
+        // Sent above.
+    } else if request.stdin.is_empty() {
     } else if request.stdin.is_empty() {
         let _ = channel.eof().await;
     } else {
         // Written concurrently with the read loop: an interpreter that exits without reading
         // its whole body must not stall us (nor fail the command, as LocalExecutor does).
         let mut writer = channel.make_writer();
-        let body = request.stdin;
+        let body = request.stdin.clone();
         tokio::spawn(async move {
             let _ = writer.write_all(&body).await;
             let _ = writer.shutdown().await;
@@ -267,6 +381,7 @@ async fn drive_command(
     let mut pgid: Option<u32> = None;
     let mut status: Option<ExitStatus> = None;
     let mut replied = false;
+    let mut eof = false;
     let mut closed = false;
 
     loop {
@@ -307,14 +422,18 @@ async fn drive_command(
                     });
                 }
                 Some(russh::ChannelMsg::Success) => replied = true,
+                Some(russh::ChannelMsg::Eof) => eof = true,
                 Some(russh::ChannelMsg::Failure) if !replied => {
+                    // The server refused the request: nothing ran.
                     let _ = channel.close().await;
-                    return Err(Error::ExecRefused { host: config.host.clone(), port: config.port });
+                    return Attempt::NotSent(Error::ExecRefused { host: config.host.clone(), port: config.port });
                 }
-                Some(russh::ChannelMsg::Close) | None => {
+                Some(russh::ChannelMsg::Close) => {
                     closed = true;
                     break;
                 }
+                // The connection is gone.
+                None => break,
                 Some(_) => {}
             },
             _ = give_up => {
@@ -324,16 +443,26 @@ async fn drive_command(
                 break;
             }
         }
-        if kill_wanted && !kill_sent && request.controlled {
+        if kill_wanted
+            && !kill_sent
+            && let Some(payload) = &payload
+        {
             kill_sent = true;
             inner
                 .registry
                 .counters
                 .kills
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            tracing::debug!(grace = ?config.kill_grace, "killing remote process group");
-            // One packet on the command's own channel: no extra channel, no round trip.
-            let _ = channel.data(&b"K\n"[..]).await;
+            if payload.is_written() {
+                tracing::debug!(grace = ?config.kill_grace, "killing remote process group");
+                // One packet on the command's own channel: no extra channel, no round trip.
+                let _ =
+                    tokio::time::timeout(config.connect_timeout, channel.data(&b"K\n"[..])).await;
+            } else {
+                // The remote side runs nothing before it has the whole line: closing stdin
+                // now makes the bootstrap exit with 125, and nothing ran.
+                payload.abort();
+            }
             let _ = channel.eof().await;
         }
         if kill_wanted && !kill_sent {
@@ -350,6 +479,9 @@ async fn drive_command(
             }
         }
     }
+    if let Some(payload) = &payload {
+        payload.abort();
+    }
     for part in marker.give_up() {
         forward(events, budget, OutputChunk::Stderr(part)).await;
     }
@@ -357,16 +489,52 @@ async fn drive_command(
         tracing::warn!(host = %config.host, "command ended before its process group was known");
     }
 
-    match status {
-        Some(status) => Ok(status),
+    // OpenSSH may send the exit status before the last output: a status is the result only
+    // once the server has also said "no more output" (EOF or close). A connection lost in
+    // between leaves the output incomplete, which must not pass for a clean result.
+    let output_complete = eof || closed;
+    Attempt::Done(match status {
+        Some(status) if output_complete => Ok(status),
         None if closed && !session.is_dead() => Ok(ExitStatus::Unknown),
-        None => {
+        _ => {
             slot.mark_broken();
             Err(Error::ConnectionLost {
                 host: config.host.clone(),
                 port: config.port,
             })
         }
+    })
+}
+
+/// Writes a command's payload line on its channel in the background.
+struct PayloadWriter {
+    task: tokio::task::JoinHandle<()>,
+    written: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl PayloadWriter {
+    fn start(channel: &russh::Channel<russh::client::Msg>, payload: &bytes::Bytes) -> Self {
+        let mut writer = channel.make_writer();
+        let payload = payload.clone();
+        let written = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let done = written.clone();
+        let task = tokio::spawn(async move {
+            if writer.write_all(&payload).await.is_ok() && writer.flush().await.is_ok() {
+                done.store(true, std::sync::atomic::Ordering::Release);
+                tracing::trace!("payload sent");
+            }
+            // Dropping the writer does not close stdin (it sends no EOF).
+        });
+        PayloadWriter { task, written }
+    }
+
+    /// The whole line has been handed to the connection.
+    fn is_written(&self) -> bool {
+        self.written.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn abort(&self) {
+        self.task.abort();
     }
 }
 
@@ -392,36 +560,42 @@ async fn release_unused(mut channel: russh::Channel<russh::client::Msg>, limit: 
     }
 }
 
-/// Gets a slot and opens a channel on it; `None` when killed while waiting for the slot.
+/// What a command attempt ended with before its exec request could reach the server.
+enum Acquired {
+    /// A slot and an open channel (with its count), the command running on its connection.
+    Channel(
+        PooledSlot,
+        russh::Channel<russh::client::Msg>,
+        ChannelCount,
+        Running,
+    ),
+    /// Killed (timeout or cancellation) while waiting for the slot.
+    Killed,
+    /// The channel could not be opened on the slot's connection (it died, or refused one
+    /// too many): another slot may do, and nothing has been sent.
+    Retry(Error),
+}
+
+/// Gets a slot and opens a channel on it.
 ///
 /// Only the wait for a slot is abortable. The open itself runs to completion (it is bounded by
 /// the connect timeout and the retries): dropping `channel_open_session` halfway leaves a
 /// channel the server has opened and nobody closes, which holds one of its `MaxSessions`
-/// slots and russh memory for good. A connection that keeps refusing channels, or that was
-/// retired and closed while the open was on its way, is left for another slot once; the exec
-/// request has not been sent, so this is safe.
+/// slots and russh memory for good.
 ///
 /// The command counts as running on its connection from the moment it holds the slot (the
 /// returned guard), so that retiring the connection does not close it under the open.
-async fn acquire_channel(
-    inner: &Arc<Pool>,
-    kill: &mut oneshot::Receiver<()>,
-) -> Result<Option<(PooledSlot, russh::Channel<russh::client::Msg>, Running)>> {
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        let mut slot = tokio::select! {
-            biased;
-            _ = &mut *kill => return Ok(None),
-            slot = inner.acquire_slot() => slot?,
-        };
-        let running = Running::new(slot.session.clone());
-        match slot.open_channel().await {
-            Ok(channel) => return Ok(Some((slot, channel, running))),
-            Err(Error::ChannelRefused { .. }) if attempt < 2 => continue,
-            Err(_) if attempt < 2 && slot.session.is_retired() => continue,
-            Err(e) => return Err(e),
-        }
+async fn acquire_channel(inner: &Arc<Pool>, kill: &mut oneshot::Receiver<()>) -> Result<Acquired> {
+    let mut slot = tokio::select! {
+        biased;
+        _ = &mut *kill => return Ok(Acquired::Killed),
+        // Dials are retried inside (see `Registry::dial`): an error here is final.
+        slot = inner.acquire_slot() => slot?,
+    };
+    let running = Running::new(slot.session.clone());
+    match slot.open_channel().await {
+        Ok((channel, count)) => Ok(Acquired::Channel(slot, channel, count, running)),
+        Err(error) => Ok(Acquired::Retry(error)),
     }
 }
 
@@ -451,13 +625,13 @@ fn spawn_kill(
 }
 
 async fn kill_group(
-    session: &Session,
+    session: &Arc<Session>,
     config: &Config,
     counters: &Counters,
     pgid: u32,
 ) -> Result<()> {
     tracing::debug!(host = %config.host, pgid, grace = ?config.kill_grace, "killing remote process group");
-    let mut channel = pool::open_channel(session, config, counters).await?;
+    let (mut channel, _open) = pool::open_channel(session, config, counters, &mut || true).await?;
     channel
         .exec(true, supervisor::kill_request(pgid, config.kill_grace))
         .await

@@ -20,9 +20,9 @@
 //!    so the shell already does; Dropbear does not (all channels of a connection share one
 //!    group), so the bootstrap re-executes itself through `setsid` (its text is `$0` for
 //!    that purpose) and then also waits for the output pipes to close ([`WAIT_FOR_PIPES`]).
-//!    The check is `kill -0 -$$` (does a group numbered like this shell exist?); without
-//!    `setsid` the command runs in the server's group and the group kill cannot reach it
-//!    (documented);
+//!    The check is `kill -0 -$$` (does a group numbered like this shell exist?), confirmed
+//!    by `/proc/$$/stat` before `setsid` runs; without `setsid` the command runs in the
+//!    server's group and the group kill cannot reach it (documented);
 //! 2. reads the **payload**: one line on stdin, read by the shell's `read` builtin, which
 //!    reads a pipe byte by byte and so leaves the rest of stdin alone;
 //! 3. prints the marker line with `$$`, the process-group id, on stderr;
@@ -100,9 +100,13 @@ fn bootstrap(marker: &str, supervision: Option<Supervision>) -> Vec<u8> {
     let mut script = String::from(
         // A newline without writing one: every POSIX shell starts with IFS = space, tab,
         // newline (they ignore an IFS in the environment). A process group numbered `$$`
-        // exists only if this shell leads one: `kill -0` asks with one system call.
+        // exists only if this shell leads one: `kill -0` asks with one system call. Only if
+        // it says no is `/proc` asked too, because `setsid` run by a group leader forks and
+        // its parent exits 0 at once, which would end the session early; seen once in a few
+        // thousand commands while a container was being stopped.
         "nl=${IFS#??}; \
-         kill -0 -$$ 2>/dev/null || { command -v setsid >/dev/null && exec setsid /bin/sh -c \"$0\" \"$0\" D; }; \
+         kill -0 -$$ 2>/dev/null || { read -r _ _ _ _ g _ </proc/$$/stat; [ \"${g:-$$}\" = \"$$\" ] \
+         || { command -v setsid >/dev/null && exec setsid /bin/sh -c \"$0\" \"$0\" D; }; }; \
          IFS= read -r w || exit 125; ",
     );
     script.push_str(&format!("echo \"{marker}$$\" >&2 || exit 125; "));

@@ -23,7 +23,7 @@ pub(crate) async fn run_script(
     let wrapped = command::script_request(&marker, script, &stdin)?;
     let request = ExecRequest {
         wrapper: wrapped.request,
-        stdin: wrapped.stdin,
+        stdin: wrapped.stdin.into(),
         marker,
         controlled: wrapped.controlled,
     };

@@ -210,7 +210,10 @@ impl SftpChannel {
     async fn open(executor: &SshExecutor, session: &Arc<Session>) -> Result<Self> {
         let inner = &executor.inner;
         let config = &inner.config;
-        let mut channel = pool::open_channel(session, config, &inner.registry.counters).await?;
+        // Not counted among the connection's command channels (the count is dropped): the
+        // capacity learned from refusals is for commands, next to this channel.
+        let (mut channel, _) =
+            pool::open_channel(session, config, &inner.registry.counters, &mut || true).await?;
         let ssh_error = |source| Error::Ssh {
             host: config.host.clone(),
             port: config.port,

@@ -46,7 +46,7 @@ mod slot;
 mod stats;
 
 pub(crate) use registry::{Counters, Registry};
-pub(crate) use session::{Running, Session};
+pub(crate) use session::{ChannelCount, Running, Session};
 pub(crate) use slot::{LogSink, SlotManager, open_channel};
 pub use stats::PoolStats;
 
@@ -171,8 +171,11 @@ impl Pool {
             busy_slots: state.connections.saturating_sub(state.idle_connections),
             dials: counters.dials.load(Ordering::Relaxed),
             dial_failures: counters.dial_failures.load(Ordering::Relaxed),
+            dial_retries: counters.dial_retries.load(Ordering::Relaxed),
+            command_retries: counters.command_retries.load(Ordering::Relaxed),
             connections_closed: counters.sessions_closed.load(Ordering::Relaxed),
             channel_open_retries: counters.channel_open_retries.load(Ordering::Relaxed),
+            channel_open_refusals: counters.channel_open_refusals.load(Ordering::Relaxed),
             connections_recycled: counters.sessions_recycled.load(Ordering::Relaxed),
             commands: counters.commands.load(Ordering::Relaxed),
             kills: counters.kills.load(Ordering::Relaxed),

@@ -1,15 +1,21 @@
 //! The registry: the connections to one host, slot placement, single-flight dialing and
 //! retirement.
 
-use std::sync::{
-    Arc, Mutex, MutexGuard,
-    atomic::{AtomicU32, AtomicU64, Ordering},
+use std::{
+    sync::{
+        Arc, Mutex, MutexGuard,
+        atomic::{AtomicU32, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
 };
 
 use crate::{
     config::Config,
-    error::{Error, Result},
-    pool::{session::Session, slot::Slot},
+    error::{Error, Phase, Result},
+    pool::{
+        session::{SLOW_START, Session},
+        slot::Slot,
+    },
     ssh::HopCache,
 };
 
@@ -18,8 +24,11 @@ use crate::{
 pub(crate) struct Counters {
     pub(crate) dials: AtomicU64,
     pub(crate) dial_failures: AtomicU64,
+    pub(crate) dial_retries: AtomicU64,
+    pub(crate) command_retries: AtomicU64,
     pub(crate) sessions_closed: AtomicU64,
     pub(crate) channel_open_retries: AtomicU64,
+    pub(crate) channel_open_refusals: AtomicU64,
     pub(crate) sessions_recycled: AtomicU64,
     pub(crate) commands: AtomicU64,
     pub(crate) kills: AtomicU64,
@@ -68,6 +77,17 @@ impl Registry {
         self.sessions
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A connection learned that the server allows only `capacity` channels: the others
+    /// (same server, same limit) and new ones take no more either.
+    pub(crate) fn learn_capacity(&self, capacity: u32) {
+        let before = self.learned_capacity.fetch_min(capacity, Ordering::AcqRel);
+        if capacity < before {
+            for session in self.lock_sessions().iter() {
+                session.capacity.fetch_min(capacity, Ordering::AcqRel);
+            }
+        }
     }
 
     /// Live sessions that still take new work.
@@ -127,7 +147,7 @@ impl Registry {
         if let Some(slot) = self.try_place() {
             return Ok(slot);
         }
-        let _dialing = self.dial_lock.lock().await;
+        let _dialing = self.lock_dialing().await?;
         if let Some(slot) = self.try_place() {
             return Ok(slot);
         }
@@ -144,27 +164,79 @@ impl Registry {
         Ok(Slot::new(session, self.clone()))
     }
 
+    /// Takes the single-flight dial lock, waiting at most `connect_timeout`: another
+    /// caller's dial takes at most that long, so a longer wait means dials keep failing, and
+    /// the caller gets a timeout instead of queueing behind one failed dial after another.
+    async fn lock_dialing(&self) -> Result<tokio::sync::MutexGuard<'_, ()>> {
+        tokio::time::timeout(self.config.connect_timeout, self.dial_lock.lock())
+            .await
+            .map_err(|_| Error::Timeout {
+                host: self.config.host.clone(),
+                port: self.config.port,
+                phase: Phase::Connect,
+                after: self.config.connect_timeout,
+            })
+    }
+
+    /// Dials a connection. A transient failure ([`is_transient`]: the server refused or
+    /// dropped the connection, as a restarting sshd does) is retried with exponential backoff
+    /// (25 ms doubling to 1 s, ±50 % jitter so that many executors do not retry in step)
+    /// until `connect_timeout` has passed since the first attempt; authentication and
+    /// host-key refusals, bad settings and timeouts are not retried.
     async fn dial(&self) -> Result<Arc<Session>> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        self.counters.dials.fetch_add(1, Ordering::Relaxed);
-        match Session::dial(&self.config, &self.hop_cache, id).await {
-            Ok(session) => {
-                let learned = self.learned_capacity.load(Ordering::Acquire);
-                session.capacity.fetch_min(learned, Ordering::AcqRel);
-                Ok(Arc::new(session))
-            }
-            Err(e) => {
-                self.counters.dial_failures.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(host = %self.config.host, port = self.config.port, error = %e,
-                    "connection attempt failed");
-                let message = Error::Config {
-                    reason: e.to_string(),
-                };
-                if let Ok(mut last) = self.last_dial_error.lock() {
-                    *last = Some(Arc::new(message));
+        let started = Instant::now();
+        let give_up_at = started + self.config.connect_timeout;
+        let mut delay = Duration::from_millis(25);
+        loop {
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            self.counters.dials.fetch_add(1, Ordering::Relaxed);
+            // Each attempt gets what is left of the one budget, so retries never stretch it.
+            let attempt = tokio::time::timeout_at(
+                give_up_at.into(),
+                Session::dial(&self.config, &self.hop_cache, id),
+            )
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::Timeout {
+                    host: self.config.host.clone(),
+                    port: self.config.port,
+                    phase: Phase::Connect,
+                    after: self.config.connect_timeout,
+                })
+            });
+            let error = match attempt {
+                Ok(session) => {
+                    if let Ok(mut last) = self.last_dial_error.lock() {
+                        *last = None;
+                    }
+                    let learned = self.learned_capacity.load(Ordering::Acquire);
+                    session
+                        .capacity
+                        .fetch_min(learned.min(SLOW_START), Ordering::AcqRel);
+                    return Ok(Arc::new(session));
                 }
-                Err(e)
+                Err(error) => error,
+            };
+            self.counters.dial_failures.fetch_add(1, Ordering::Relaxed);
+            // Recorded at once, retried or not: a caller whose deadline passes while the dial
+            // is being retried reports it (see `Error::PoolTimeout`).
+            if let Ok(mut last) = self.last_dial_error.lock() {
+                *last = Some(Arc::new(Error::Config {
+                    reason: error.to_string(),
+                }));
             }
+            let pause = delay.mul_f64(rand::random_range(0.5..1.5));
+            if is_transient(&error) && started.elapsed() + pause < self.config.connect_timeout {
+                tracing::debug!(host = %self.config.host, port = self.config.port, %error,
+                    retry_in = ?pause, "connection attempt failed; retrying");
+                self.counters.dial_retries.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(pause).await;
+                delay = (delay * 2).min(Duration::from_secs(1));
+                continue;
+            }
+            tracing::warn!(host = %self.config.host, port = self.config.port, %error,
+                "connection attempt failed");
+            return Err(error);
         }
     }
 
@@ -174,7 +246,7 @@ impl Registry {
         if idle_slots > 0 || self.has_room() {
             return Ok(());
         }
-        let _dialing = self.dial_lock.lock().await;
+        let _dialing = self.lock_dialing().await?;
         if self.has_room() || self.working_sessions() >= self.config.max_connections as usize {
             return Ok(());
         }
@@ -206,5 +278,28 @@ impl Registry {
 fn spawn_disconnect(session: Arc<Session>) {
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
         runtime.spawn(async move { session.disconnect().await });
+    }
+}
+
+/// Whether a failed dial may well succeed if tried again shortly: the server was not
+/// listening or dropped the connection during the handshake or authentication (a restarting
+/// or overloaded sshd, `MaxStartups`). Not: refused credentials, host-key problems, settings,
+/// or a timeout (which has used up the budget already).
+pub(crate) fn is_transient(error: &Error) -> bool {
+    match error {
+        Error::Connect { .. } => true,
+        Error::Ssh {
+            phase: Phase::Connect | Phase::Handshake | Phase::Auth,
+            source,
+            ..
+        } => matches!(
+            source,
+            russh::Error::Disconnect
+                | russh::Error::HUP
+                | russh::Error::IO(_)
+                | russh::Error::SendError
+                | russh::Error::ConnectionTimeout
+        ),
+        _ => false,
     }
 }

@@ -37,6 +37,10 @@ pub(crate) struct Session {
     pub(crate) capacity: AtomicU32,
     /// Channel opens the server refused on this connection (see [`Session::note_refused_open`]).
     refused_opens: AtomicU32,
+    /// Command and kill channels open on this connection right now (see [`ChannelCount`]).
+    pub(crate) open_channels: AtomicU32,
+    /// Channel opens that succeeded since the last refusal (see [`Session::note_opened`]).
+    opens_since_refusal: AtomicU32,
     /// The reusable SFTP channel, opened on first use.
     ///
     /// Type-erased so that the pool does not depend on the file layer, which owns the type
@@ -110,6 +114,43 @@ impl Session {
         recycle
     }
 
+    /// Lowers the capacity to the number of channels open here when the server refused one:
+    /// that is its limit (or it had not freed a just-closed channel yet, which
+    /// [`note_opened`](Self::note_opened) later corrects). Returns the new capacity.
+    pub(crate) fn learn_from_refusal(&self) -> u32 {
+        self.opens_since_refusal.store(0, Ordering::Release);
+        let open = self.open_channels.load(Ordering::Acquire).max(1);
+        let before = self.capacity.fetch_min(open, Ordering::AcqRel);
+        before.min(open)
+    }
+
+    /// Whether more slots are placed here than the connection may carry now.
+    pub(crate) fn over_capacity(&self) -> bool {
+        self.slots.load(Ordering::Acquire) > self.capacity.load(Ordering::Acquire)
+    }
+
+    /// Counts a successful open and grows the capacity: by one slot per open while it is below
+    /// `learned` (a new connection starts small, see [`SLOW_START`]), and beyond that by one
+    /// slot every [`CAPACITY_PROBE_AFTER`] opens without a refusal, up to `max`. So a refusal
+    /// that only meant "not freed yet" costs a little capacity for a while, not for good.
+    /// Returns the new capacity when it grew.
+    pub(crate) fn note_opened(&self, learned: u32, max: u32) -> Option<u32> {
+        let opened = self.opens_since_refusal.fetch_add(1, Ordering::AcqRel) + 1;
+        let capacity = self.capacity.load(Ordering::Acquire);
+        let grow = if capacity < learned {
+            true
+        } else {
+            capacity < max && opened.is_multiple_of(CAPACITY_PROBE_AFTER)
+        };
+        if !grow {
+            return None;
+        }
+        self.capacity
+            .compare_exchange(capacity, capacity + 1, Ordering::AcqRel, Ordering::Acquire)
+            .ok()
+            .map(|c| c + 1)
+    }
+
     /// Whether this session may take new commands, retiring it first if it is too old.
     pub(crate) fn accepts_work(&self, max_lifetime: Option<Duration>) -> bool {
         if max_lifetime.is_some_and(|max| self.created.elapsed() >= max) {
@@ -149,9 +190,37 @@ impl Session {
             running: AtomicU32::new(0),
             capacity: AtomicU32::new(config.channels_per_connection),
             refused_opens: AtomicU32::new(0),
+            open_channels: AtomicU32::new(0),
+            opens_since_refusal: AtomicU32::new(0),
             sftp: tokio::sync::Mutex::new(None),
             hops: std::sync::Mutex::new(connection.hops),
         })
+    }
+}
+
+/// Successful opens without a refusal after which a connection's capacity grows by one slot
+/// beyond what the pool has learned (see [`Session::note_opened`]).
+pub(crate) const CAPACITY_PROBE_AFTER: u32 = 32;
+
+/// Channels a new connection starts with; it grows by one per successful open up to what the
+/// pool has learned. A server with a small `MaxSessions` then refuses one open, not a burst.
+pub(crate) const SLOW_START: u32 = 2;
+
+/// Counts one open command (or kill) channel on a session while it lives: what
+/// [`Session::learn_from_refusal`] compares the server's limit with.
+#[derive(Debug)]
+pub(crate) struct ChannelCount(Arc<Session>);
+
+impl ChannelCount {
+    pub(crate) fn new(session: Arc<Session>) -> Self {
+        session.open_channels.fetch_add(1, Ordering::AcqRel);
+        ChannelCount(session)
+    }
+}
+
+impl Drop for ChannelCount {
+    fn drop(&mut self) {
+        self.0.open_channels.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

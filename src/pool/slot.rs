@@ -11,7 +11,7 @@ use crate::{
     error::{Error, Phase, Result},
     pool::{
         registry::{Counters, Registry},
-        session::Session,
+        session::{ChannelCount, Session},
     },
 };
 
@@ -46,31 +46,49 @@ impl Slot {
     }
 
     fn unusable(&self) -> bool {
-        self.broken || self.session.is_dead() || self.session.is_retired()
+        self.broken
+            || self.session.is_dead()
+            || self.session.is_retired()
+            || self.session.over_capacity()
     }
 
-    /// Opens a session channel, retrying while the server refuses for lack of free sessions.
-    pub(crate) async fn open_channel(&mut self) -> Result<russh::Channel<russh::client::Msg>> {
-        let config = &self.registry.config;
-        let result = open_channel(&self.session, config, &self.registry.counters).await;
+    /// Opens a session channel. When the server refuses one, the connection's capacity drops
+    /// to the channels open on it (and new connections start there); if this slot is then
+    /// beyond it, the slot is given up at once so that the command waits in the pool for a
+    /// free one instead of knocking again, otherwise (the server had not freed a closed
+    /// channel yet) the open is retried with backoff.
+    pub(crate) async fn open_channel(
+        &mut self,
+    ) -> Result<(russh::Channel<russh::client::Msg>, ChannelCount)> {
+        let registry = self.registry.clone();
+        let config = &registry.config;
+        if self.session.over_capacity() {
+            // The capacity dropped after this slot was placed: knocking would only be
+            // refused. Give the slot up; the command waits in the pool for another.
+            self.mark_broken();
+            return Err(Error::ChannelRefused {
+                host: config.host.clone(),
+                port: config.port,
+                attempts: 0,
+            });
+        }
+        let session = self.session.clone();
+        let mut keep_trying = || {
+            let capacity = session.learn_from_refusal();
+            registry.learn_capacity(capacity);
+            !session.over_capacity()
+        };
+        let result =
+            open_channel(&self.session, config, &registry.counters, &mut keep_trying).await;
         match &result {
-            Ok(_) => {}
-            Err(Error::ChannelRefused { .. }) => {
-                // The server holds fewer sessions than configured: stop placing that many here.
-                let capacity = &self.session.capacity;
-                let current = capacity.load(Ordering::Acquire);
-                if current > 1 {
-                    let _ = capacity.compare_exchange(
-                        current,
-                        current - 1,
-                        Ordering::AcqRel,
-                        Ordering::Acquire,
-                    );
-                    self.registry
-                        .learned_capacity
-                        .fetch_min(current - 1, Ordering::AcqRel);
+            Ok(_) => {
+                let learned = registry.learned_capacity.load(Ordering::Acquire);
+                if let Some(grown) = self
+                    .session
+                    .note_opened(learned, config.channels_per_connection)
+                {
+                    registry.learned_capacity.fetch_max(grown, Ordering::AcqRel);
                 }
-                self.mark_broken();
             }
             Err(_) => self.mark_broken(),
         }
@@ -78,33 +96,37 @@ impl Slot {
     }
 }
 
-/// Opens a session channel on `session`, retrying `ChannelOpenFailure` with backoff.
+/// Opens a session channel on `session`, retrying `ChannelOpenFailure` with backoff (1 ms
+/// doubling to 50 ms, 10 tries) while `keep_trying`, asked after each refusal, says so.
+/// The returned count keeps the channel in [`Session::open_channels`] while it lives.
 pub(crate) async fn open_channel(
-    session: &Session,
+    session: &Arc<Session>,
     config: &Config,
     counters: &Counters,
-) -> Result<russh::Channel<russh::client::Msg>> {
+    keep_trying: &mut (dyn FnMut() -> bool + Send),
+) -> Result<(russh::Channel<russh::client::Msg>, ChannelCount)> {
     const ATTEMPTS: u32 = 10;
     let mut delay = Duration::from_millis(1);
-    for attempt in 1..=ATTEMPTS {
+    let mut attempts = 0;
+    while attempts < ATTEMPTS {
+        attempts += 1;
         match tokio::time::timeout(
             config.connect_timeout,
             session.handle.channel_open_session(),
         )
         .await
         {
-            Ok(Ok(channel)) => return Ok(channel),
-            Ok(Err(russh::Error::ChannelOpenFailure(_))) if attempt < ATTEMPTS => {
+            Ok(Ok(channel)) => return Ok((channel, ChannelCount::new(session.clone()))),
+            Ok(Err(russh::Error::ChannelOpenFailure(_))) => {
                 note_refused_open(session, counters);
+                if attempts == ATTEMPTS || !keep_trying() {
+                    break;
+                }
                 counters
                     .channel_open_retries
                     .fetch_add(1, Ordering::Relaxed);
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_millis(50));
-            }
-            Ok(Err(russh::Error::ChannelOpenFailure(_))) => {
-                note_refused_open(session, counters);
-                break;
             }
             Ok(Err(source)) => {
                 return Err(Error::Ssh {
@@ -127,11 +149,14 @@ pub(crate) async fn open_channel(
     Err(Error::ChannelRefused {
         host: config.host.clone(),
         port: config.port,
-        attempts: ATTEMPTS,
+        attempts,
     })
 }
 
 fn note_refused_open(session: &Session, counters: &Counters) {
+    counters
+        .channel_open_refusals
+        .fetch_add(1, Ordering::Relaxed);
     if session.note_refused_open() {
         counters.sessions_recycled.fetch_add(1, Ordering::Relaxed);
     }

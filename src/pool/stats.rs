@@ -19,12 +19,20 @@ pub struct PoolStats {
     pub busy_slots: u32,
     /// Connections dialed so far.
     pub dials: u64,
-    /// Dials that failed.
+    /// Dials that failed (each attempt counts).
     pub dial_failures: u64,
+    /// Failed dials that were tried again (transient failures, such as a restarting server).
+    pub dial_retries: u64,
+    /// Commands started again on another channel or connection because the first attempt
+    /// failed before their exec request could have reached the server (see
+    /// [`SshExecutor::execute`](crate::SshExecutor::execute)).
+    pub command_retries: u64,
     /// Connections closed (dead, retired or idle).
     pub connections_closed: u64,
     /// Channel opens the server refused and that were retried.
     pub channel_open_retries: u64,
+    /// Channel opens the server refused (retried or not).
+    pub channel_open_refusals: u64,
     /// Connections replaced after many refused channel opens (russh keeps about 0.5 KiB per
     /// refusal until the connection closes).
     pub connections_recycled: u64,
