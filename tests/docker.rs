@@ -421,3 +421,255 @@ async fn file_commands_dropbear_busybox() {
     require_docker!();
     files(DockerImage::DropbearBusybox).await;
 }
+
+// ---------------------------------------------------------------------------------------
+// A fleet of 24 containers, with faults while the command runs.
+
+/// What happens to a host of the chaos fleet while the command runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    None,
+    Kill,
+    Pause,
+    Disconnect,
+    Restart,
+}
+
+/// How a `HostResult` is classified for the assertions (and the log).
+fn category(result: &HostResult) -> &'static str {
+    match &result.outcome {
+        Ok(execution) if execution.status.success() => "ok",
+        Ok(execution) if matches!(execution.status, ExitStatus::TimedOut { .. }) => "timeout",
+        Ok(_) => "failed",
+        Err(Error::Timeout { .. }) => "timeout",
+        // The connection broke under the running command.
+        Err(Error::ConnectionLost { .. }) => "may have run",
+        Err(_) => "unreachable",
+    }
+}
+
+const FLEET_SIZE: usize = 24;
+const PER_HOST_TIMEOUT: Duration = Duration::from_secs(8);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_of_24_containers_with_faults_mid_run() {
+    require_docker!();
+    // Hosts alternate between the images; the first six get a fault each.
+    let faults = [
+        Fault::Kill,
+        Fault::Kill,
+        Fault::Pause,
+        Fault::Pause,
+        Fault::Disconnect,
+        Fault::Restart,
+    ];
+    let fault_of = move |i: usize| faults.get(i).copied().unwrap_or(Fault::None);
+    let image_of = |i: usize| {
+        if i % 2 == 0 {
+            DockerImage::OpenSsh
+        } else {
+            DockerImage::DropbearBusybox
+        }
+    };
+
+    let setup = Instant::now();
+    let mut testbeds: Vec<DockerTestbed> = tokio::task::spawn_blocking(move || {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..FLEET_SIZE)
+                .map(|i| scope.spawn(move || DockerTestbed::builder().image(image_of(i)).start()))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap().unwrap_or_else(|e| panic!("start: {e}")))
+                .collect()
+        })
+    })
+    .await
+    .unwrap();
+    let mut members = Vec::new();
+    for tb in &testbeds {
+        members.push(
+            builder(tb)
+                .connect_timeout(Duration::from_secs(3))
+                .build()
+                .await
+                .unwrap_or_else(|e| panic!("connect to {}: {e}", tb.port())),
+        );
+    }
+    eprintln!(
+        "docker: fleet: {FLEET_SIZE} containers started and connected in {:?}",
+        setup.elapsed()
+    );
+    let fleet = Fleet::new(members)
+        .concurrency(FLEET_SIZE)
+        .per_host_timeout(PER_HOST_TIMEOUT);
+
+    // Run 1: the faults land while every host is inside `sleep 4`.
+    let (started_tx, mut started_rx) = tokio::sync::mpsc::unbounded_channel();
+    let run_began = Instant::now();
+    let run = fleet.run("echo started; sleep 4; echo done", move |event| {
+        if let FleetEvent::Output { chunk, .. } = event
+            && chunk.bytes().starts_with(b"started")
+        {
+            let _ = started_tx.send(());
+        }
+    });
+    // (`Fleet::run`'s future cannot be handed to `tokio::spawn`, rustc #102211; so the
+    // faults run beside it in the same task.)
+    let inject = async move {
+        for _ in 0..FLEET_SIZE {
+            tokio::time::timeout(Duration::from_secs(10), started_rx.recv())
+                .await
+                .expect("every host starts the command")
+                .unwrap();
+        }
+        let all_started = run_began.elapsed();
+        let (testbeds, times) = tokio::task::spawn_blocking(move || {
+            let times: Vec<Option<Duration>> = std::thread::scope(|scope| {
+                let handles: Vec<_> = testbeds
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(i, tb)| {
+                        scope.spawn(move || {
+                            let result = match fault_of(i) {
+                                Fault::None => return None,
+                                Fault::Kill => tb.kill(),
+                                Fault::Pause => tb.pause(),
+                                Fault::Disconnect => tb.disconnect_network(),
+                                Fault::Restart => tb.restart(),
+                            };
+                            result.unwrap_or_else(|e| panic!("host {i}: {:?}: {e}", fault_of(i)));
+                            Some(run_began.elapsed())
+                        })
+                    })
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            (testbeds, times)
+        })
+        .await
+        .unwrap();
+        (testbeds, times, all_started)
+    };
+    let (report, (testbeds_back, fault_times, all_started)) = tokio::join!(run, inject);
+    testbeds = testbeds_back;
+    eprintln!(
+        "docker: fleet run 1: all started after {all_started:?}, finished in {:?}, {:?}",
+        report.duration,
+        report.summary()
+    );
+
+    // Run 2: the next command on every host.
+    let report2 = fleet.run("echo again", |_| {}).await;
+    eprintln!(
+        "docker: fleet run 2 finished in {:?}, {:?}",
+        report2.duration,
+        report2.summary()
+    );
+
+    let mut problems = Vec::new();
+    for (i, ((first, second), tb)) in report
+        .results
+        .iter()
+        .zip(&report2.results)
+        .zip(&testbeds)
+        .enumerate()
+    {
+        let fault = fault_of(i);
+        eprintln!(
+            "docker: fleet host {i:2} {:16} port {} fault {:10} (done at {:>6}) | run 1: {:12} {:>7.2?} {:<12} | run 2: {:12} {:>7.2?} {:<12}",
+            image_name(image_of(i)),
+            tb.port(),
+            format!("{fault:?}"),
+            fault_times
+                .get(i)
+                .copied()
+                .flatten()
+                .map(|t| format!("{:.1}s", t.as_secs_f64()))
+                .unwrap_or_default(),
+            category(first),
+            first.duration,
+            first.status_text(),
+            category(second),
+            second.duration,
+            second.status_text(),
+        );
+        let (want_first, want_second) = match fault {
+            Fault::None => ("ok", "ok"),
+            // The connection breaks under a running command: it may have run.
+            Fault::Kill => ("may have run", "unreachable"),
+            // A silent peer: the command's deadline; then no channel within the deadline.
+            Fault::Pause => ("timeout", "timeout"),
+            // The published port goes away with the network.
+            Fault::Disconnect => ("may have run", "unreachable"),
+            // The connection breaks; the pool reconnects for the next command.
+            Fault::Restart => ("may have run", "ok"),
+        };
+        if category(first) != want_first || category(second) != want_second {
+            problems.push(format!(
+                "host {i} ({fault:?}): want {want_first}/{want_second}, got {}/{}: {:?} / {:?}",
+                category(first),
+                category(second),
+                first.outcome,
+                second.outcome
+            ));
+        }
+        if first.success() && first.outcome.as_ref().unwrap().stdout() != b"started\ndone\n" {
+            problems.push(format!("host {i}: output {:?}", first.outcome));
+        }
+        if second.success() && second.outcome.as_ref().unwrap().stdout() != b"again\n" {
+            problems.push(format!("host {i}: output {:?}", second.outcome));
+        }
+        for (run, result) in [(1, first), (2, second)] {
+            // (Scheduling slack only: the fleet reports at the deadline at the latest.)
+            if result.duration > PER_HOST_TIMEOUT + Duration::from_millis(250) {
+                problems.push(format!(
+                    "host {i} ({fault:?}) run {run}: reported after {:?}, over the per-host deadline {PER_HOST_TIMEOUT:?}",
+                    result.duration
+                ));
+            }
+        }
+    }
+    // The summaries count the same categories.
+    let counts = |r: &swiftide_ssh_executor::FleetReport| {
+        let s = r.summary();
+        (
+            s.succeeded,
+            s.failed,
+            s.timed_out,
+            s.may_have_run,
+            s.unreachable,
+        )
+    };
+    let faulty = faults.len();
+    assert_eq!(counts(&report), (FLEET_SIZE - faulty, 0, 2, 4, 0), "run 1");
+    assert_eq!(
+        counts(&report2),
+        (FLEET_SIZE - faulty + 1, 0, 2, 0, 3),
+        "run 2"
+    );
+    // A paused host's result carries what it sent before it froze.
+    for (i, result) in report.results.iter().enumerate() {
+        if fault_of(i) == Fault::Pause {
+            let execution = result.outcome.as_ref().unwrap();
+            assert_eq!(execution.stdout(), b"started\n", "host {i}");
+            assert!(
+                matches!(
+                    execution.status,
+                    ExitStatus::TimedOut {
+                        confirmed_dead: false,
+                        ..
+                    }
+                ),
+                "host {i}: {execution:?}"
+            );
+        }
+    }
+    // Leave nothing frozen behind.
+    for (i, tb) in testbeds.iter().enumerate() {
+        if fault_of(i) == Fault::Pause {
+            let _ = tb.unpause();
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}

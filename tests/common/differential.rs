@@ -344,11 +344,21 @@ pub async fn compare_expecting(
         let l = outcome(local.exec_cmd(cmd).await);
         if let Some(expected) = expected.iter().find(|e| e.case == *name) {
             if (expected.remote)(&r) && !(expected.remote)(&l) {
-                seen.push(format!(
-                    "{name}: expected difference ({}): remote {} {:?}",
-                    expected.why,
-                    r.variant,
+                let text =
                     String::from_utf8_lossy(&[r.stdout.as_slice(), r.stderr.as_slice()].concat())
+                        .into_owned();
+                // The end of it: a shell's error message may start with a long `$0`.
+                let tail: String = text
+                    .chars()
+                    .rev()
+                    .take(80)
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect();
+                seen.push(format!(
+                    "{name}: expected difference ({}): remote {} ...{tail:?}",
+                    expected.why, r.variant,
                 ));
             } else {
                 mismatches.push(format!(
