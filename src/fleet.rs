@@ -139,8 +139,9 @@ fn kill_reserve(limit: Duration, kill_grace: Duration) -> Duration {
     (kill_grace + Duration::from_millis(500)).min(limit / 4)
 }
 
-/// A host's output as the fleet saw it, for a result made at the deadline: the first
-/// `max_output_bytes` bytes (all of them without a cap).
+/// A host's output as the fleet saw it, for a result made at the deadline: the chunks up to
+/// `max_output_bytes` bytes (all of them without a cap); from the first chunk that does not
+/// fit on, everything is counted as omitted (a head, where the executor keeps head + tail).
 struct Seen {
     cap: Option<usize>,
     chunks: Vec<OutputChunk>,
@@ -160,7 +161,7 @@ impl Seen {
 
     fn push(&mut self, chunk: &OutputChunk) {
         let len = chunk.bytes().len();
-        if self.cap.is_some_and(|cap| self.kept + len > cap) {
+        if self.omitted > 0 || self.cap.is_some_and(|cap| self.kept + len > cap) {
             self.omitted += len as u64;
         } else {
             self.kept += len;
@@ -393,7 +394,58 @@ impl Fleet {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_inventory_line;
+    use std::time::Duration;
+
+    use bytes::Bytes;
+
+    use super::{OutputChunk, Seen, kill_reserve, parse_inventory_line};
+    use crate::command::ExitStatus;
+
+    #[test]
+    fn the_kill_reserve_fits_in_the_deadline() {
+        let second = Duration::from_secs(1);
+        assert_eq!(
+            kill_reserve(60 * second, second),
+            Duration::from_millis(1500)
+        );
+        assert_eq!(
+            kill_reserve(8 * second, second),
+            Duration::from_millis(1500)
+        );
+        assert_eq!(kill_reserve(2 * second, second), Duration::from_millis(500));
+        assert_eq!(
+            kill_reserve(60 * second, Duration::ZERO),
+            Duration::from_millis(500)
+        );
+        assert_eq!(kill_reserve(Duration::ZERO, second), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_result_at_the_deadline_keeps_the_output_seen() {
+        let mut seen = Seen::new(Some(4));
+        seen.push(&OutputChunk::Stdout(Bytes::from_static(b"abc")));
+        seen.push(&OutputChunk::Stderr(Bytes::from_static(b"de")));
+        seen.push(&OutputChunk::Stdout(Bytes::from_static(b"f")));
+        let execution = seen.timed_out("h", Duration::from_secs(2), Duration::from_secs(2));
+        // The head only: nothing after the first chunk that did not fit.
+        assert_eq!(execution.stdout(), b"abc");
+        assert_eq!(execution.stderr(), b"");
+        assert_eq!((execution.omitted_bytes, execution.omitted_at), (3, 1));
+        assert_eq!(
+            execution.status,
+            ExitStatus::TimedOut {
+                timeout: Duration::from_secs(2),
+                confirmed_dead: false
+            }
+        );
+        let mut uncapped = Seen::new(None);
+        uncapped.push(&OutputChunk::Stderr(Bytes::from_static(b"de")));
+        let execution = uncapped.timed_out("h", Duration::ZERO, Duration::ZERO);
+        assert_eq!(
+            (execution.stderr(), execution.omitted_bytes),
+            (b"de".to_vec(), 0)
+        );
+    }
 
     #[test]
     fn inventory_lines() {

@@ -465,7 +465,7 @@ async fn fleet_of_24_containers_with_faults_mid_run() {
     ];
     let fault_of = move |i: usize| faults.get(i).copied().unwrap_or(Fault::None);
     let image_of = |i: usize| {
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             DockerImage::OpenSsh
         } else {
             DockerImage::DropbearBusybox
