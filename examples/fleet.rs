@@ -111,8 +111,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let summary = report.summary();
     println!(
-        "\n{} ok, {} failed, {} timed out, {} unreachable in {:.2?}",
-        summary.succeeded, summary.failed, summary.timed_out, summary.unreachable, report.duration
+        "\n{} ok, {} failed, {} timed out, {} may have run (connection lost), {} unreachable in {:.2?}",
+        summary.succeeded,
+        summary.failed,
+        summary.timed_out,
+        summary.may_have_run,
+        summary.unreachable,
+        report.duration
     );
     Ok(())
 }

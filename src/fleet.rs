@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use crate::{
     builder::SshExecutorBuilder,
     command::{Execution, ExitStatus, OutputChunk},
-    error::{Error, Phase, Result},
+    error::{Error, Result},
     executor::{ExecOptions, SshExecutor},
 };
 
@@ -65,7 +65,9 @@ impl HostResult {
         matches!(&self.outcome, Ok(e) if e.status.success())
     }
 
-    /// A short status word for tables: `ok`, `exit N`, `signal S`, `timeout`, `error`.
+    /// A short status word for tables: `ok`, `exit N`, `signal S`, `timeout`, `may have run`
+    /// (the connection broke while the command ran: [`Error::ConnectionLost`]), `error`
+    /// (the command could not be run: connection refused, authentication, ...).
     pub fn status_text(&self) -> String {
         match &self.outcome {
             Ok(execution) => match &execution.status {
@@ -76,6 +78,7 @@ impl HostResult {
                 _ => "unknown".to_owned(),
             },
             Err(Error::Timeout { .. }) => "timeout".to_owned(),
+            Err(Error::ConnectionLost { .. }) => "may have run".to_owned(),
             Err(_) => "error".to_owned(),
         }
     }
@@ -101,12 +104,16 @@ pub struct FleetSummary {
     pub failed: usize,
     /// Hosts where the command or the connection ran out of time.
     pub timed_out: usize,
+    /// Hosts whose connection broke while the command was running
+    /// ([`Error::ConnectionLost`]: server killed, restarted or taken off the network): the
+    /// command may have run, partly or completely. It is never re-sent.
+    pub may_have_run: usize,
     /// Hosts that could not run the command (connection, authentication, host key).
     pub unreachable: usize,
 }
 
 impl FleetReport {
-    /// Counts successes, failures, timeouts and unreachable hosts.
+    /// Counts successes, failures, timeouts, lost connections and unreachable hosts.
     pub fn summary(&self) -> FleetSummary {
         let mut summary = FleetSummary::default();
         for result in &self.results {
@@ -118,10 +125,63 @@ impl FleetReport {
                 })
                 | Err(Error::Timeout { .. }) => summary.timed_out += 1,
                 Ok(_) => summary.failed += 1,
+                Err(Error::ConnectionLost { .. }) => summary.may_have_run += 1,
                 Err(_) => summary.unreachable += 1,
             }
         }
         summary
+    }
+}
+
+/// The part of a per-host deadline kept for killing a command that runs over it:
+/// `kill_grace` (TERM to KILL) + 0.5 s, at most a quarter of the deadline.
+fn kill_reserve(limit: Duration, kill_grace: Duration) -> Duration {
+    (kill_grace + Duration::from_millis(500)).min(limit / 4)
+}
+
+/// A host's output as the fleet saw it, for a result made at the deadline: the chunks up to
+/// `max_output_bytes` bytes (all of them without a cap); from the first chunk that does not
+/// fit on, everything is counted as omitted (a head, where the executor keeps head + tail).
+struct Seen {
+    cap: Option<usize>,
+    chunks: Vec<OutputChunk>,
+    kept: usize,
+    omitted: u64,
+}
+
+impl Seen {
+    fn new(cap: Option<usize>) -> Self {
+        Self {
+            cap,
+            chunks: Vec::new(),
+            kept: 0,
+            omitted: 0,
+        }
+    }
+
+    fn push(&mut self, chunk: &OutputChunk) {
+        let len = chunk.bytes().len();
+        if self.omitted > 0 || self.cap.is_some_and(|cap| self.kept + len > cap) {
+            self.omitted += len as u64;
+        } else {
+            self.kept += len;
+            self.chunks.push(chunk.clone());
+        }
+    }
+
+    /// A command that was still running (or being killed) at the deadline.
+    fn timed_out(&mut self, host: &str, limit: Duration, duration: Duration) -> Execution {
+        Execution {
+            host: host.to_owned(),
+            omitted_at: self.chunks.len(),
+            chunks: std::mem::take(&mut self.chunks),
+            status: ExitStatus::TimedOut {
+                timeout: limit,
+                confirmed_dead: false,
+            },
+            duration,
+            omitted_bytes: self.omitted,
+        }
     }
 }
 
@@ -206,9 +266,16 @@ impl Fleet {
         self
     }
 
-    /// Deadline per host, covering connecting, authenticating and the command. The command
-    /// itself also gets this as its timeout, so a host over the deadline has its process
-    /// group killed. Defaults to `None` (commands use their executor's default timeout).
+    /// Deadline per host, covering connecting, authenticating, the command and killing it:
+    /// every host's result is reported by its deadline.
+    ///
+    /// The command gets the deadline minus a reserve for the kill as its timeout (the
+    /// reserve is the executor's `kill_grace` + 0.5 s, at most a quarter of the deadline), so
+    /// that a host over the deadline has its process group killed and its output collected
+    /// in time: [`ExitStatus::TimedOut`] with the output so far. A host that does not even
+    /// confirm the kill by the deadline (a frozen or silent server) is reported at the
+    /// deadline the same way, with `confirmed_dead: false` and the output seen so far.
+    /// Defaults to `None` (commands use their executor's default timeout).
     #[must_use]
     pub fn per_host_timeout(mut self, timeout: Duration) -> Self {
         self.per_host_timeout = Some(timeout);
@@ -237,28 +304,32 @@ impl Fleet {
             .map(move |(index, executor)| {
                 let tx = tx.clone();
                 async move {
-                    let began = std::time::Instant::now();
-                    let mut sink = |chunk: &OutputChunk| {
-                        let _ = tx.send((index, chunk.clone()));
-                    };
+                    let began = tokio::time::Instant::now();
+                    let config = &executor.inner.config;
                     let options = ExecOptions {
-                        timeout,
+                        timeout: timeout.map(|limit| {
+                            limit.saturating_sub(kill_reserve(limit, config.kill_grace))
+                        }),
                         ..ExecOptions::default()
+                    };
+                    // What the host sent, for a result at the deadline (the executor's own
+                    // result is lost when its future is dropped there).
+                    let mut seen = Seen::new(config.max_output_bytes);
+                    let mut sink = |chunk: &OutputChunk| {
+                        if timeout.is_some() {
+                            seen.push(chunk);
+                        }
+                        let _ = tx.send((index, chunk.clone()));
                     };
                     let work = executor.execute(command, options, &mut sink);
                     let outcome = match timeout {
-                        // The command's own timeout kills it; this outer bound catches a
-                        // connection that never completes, with the kill's drain to spare.
-                        Some(limit) => tokio::time::timeout(limit + Duration::from_secs(5), work)
-                            .await
-                            .unwrap_or_else(|_| {
-                                Err(Error::Timeout {
-                                    host: executor.host().to_owned(),
-                                    port: executor.port(),
-                                    phase: Phase::Connect,
-                                    after: limit,
-                                })
-                            }),
+                        // The command's own timeout kills it a little before the deadline;
+                        // this bound catches a kill (or a connection) the server never
+                        // completes. Dropping `work` kills the group in the background.
+                        Some(limit) => match tokio::time::timeout_at(began + limit, work).await {
+                            Ok(outcome) => outcome,
+                            Err(_) => Ok(seen.timed_out(executor.host(), limit, began.elapsed())),
+                        },
                         None => work.await,
                     };
                     (
@@ -323,7 +394,58 @@ impl Fleet {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_inventory_line;
+    use std::time::Duration;
+
+    use bytes::Bytes;
+
+    use super::{OutputChunk, Seen, kill_reserve, parse_inventory_line};
+    use crate::command::ExitStatus;
+
+    #[test]
+    fn the_kill_reserve_fits_in_the_deadline() {
+        let second = Duration::from_secs(1);
+        assert_eq!(
+            kill_reserve(60 * second, second),
+            Duration::from_millis(1500)
+        );
+        assert_eq!(
+            kill_reserve(8 * second, second),
+            Duration::from_millis(1500)
+        );
+        assert_eq!(kill_reserve(2 * second, second), Duration::from_millis(500));
+        assert_eq!(
+            kill_reserve(60 * second, Duration::ZERO),
+            Duration::from_millis(500)
+        );
+        assert_eq!(kill_reserve(Duration::ZERO, second), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_result_at_the_deadline_keeps_the_output_seen() {
+        let mut seen = Seen::new(Some(4));
+        seen.push(&OutputChunk::Stdout(Bytes::from_static(b"abc")));
+        seen.push(&OutputChunk::Stderr(Bytes::from_static(b"de")));
+        seen.push(&OutputChunk::Stdout(Bytes::from_static(b"f")));
+        let execution = seen.timed_out("h", Duration::from_secs(2), Duration::from_secs(2));
+        // The head only: nothing after the first chunk that did not fit.
+        assert_eq!(execution.stdout(), b"abc");
+        assert_eq!(execution.stderr(), b"");
+        assert_eq!((execution.omitted_bytes, execution.omitted_at), (3, 1));
+        assert_eq!(
+            execution.status,
+            ExitStatus::TimedOut {
+                timeout: Duration::from_secs(2),
+                confirmed_dead: false
+            }
+        );
+        let mut uncapped = Seen::new(None);
+        uncapped.push(&OutputChunk::Stderr(Bytes::from_static(b"de")));
+        let execution = uncapped.timed_out("h", Duration::ZERO, Duration::ZERO);
+        assert_eq!(
+            (execution.stderr(), execution.omitted_bytes),
+            (b"de".to_vec(), 0)
+        );
+    }
 
     #[test]
     fn inventory_lines() {

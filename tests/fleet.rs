@@ -96,3 +96,67 @@ async fn a_slow_host_times_out_without_holding_up_the_others() {
         started.elapsed()
     );
 }
+
+/// A host whose server dies under the command is "may have run", not "unreachable"; a
+/// frozen host is a timeout reported by the per-host deadline (with the output it sent),
+/// not seconds after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_and_frozen_hosts_are_reported_by_the_deadline() {
+    let ok = testbed();
+    let mut lost = testbed();
+    let frozen = testbed();
+    let members = [&ok, &lost, &frozen].map(|tb| builder(tb).build_lazy().unwrap());
+    let limit = Duration::from_secs(3);
+    let fleet = Fleet::new(members).per_host_timeout(limit);
+    let (started_tx, mut started_rx) = tokio::sync::mpsc::unbounded_channel();
+    let run = fleet.run("echo started; sleep 1.5; echo done", move |event| {
+        if let FleetEvent::Output { chunk, .. } = event
+            && chunk.bytes().starts_with(b"started")
+        {
+            let _ = started_tx.send(());
+        }
+    });
+    let faults = async {
+        for _ in 0..3 {
+            started_rx.recv().await.unwrap();
+        }
+        lost.stop();
+        frozen.freeze().unwrap();
+    };
+    let (report, ()) = tokio::join!(run, faults);
+    frozen.thaw().unwrap();
+
+    let statuses: Vec<String> = report.results.iter().map(|r| r.status_text()).collect();
+    assert_eq!(statuses, ["ok", "may have run", "timeout"], "{report:?}");
+    let summary = report.summary();
+    assert_eq!(
+        (
+            summary.succeeded,
+            summary.may_have_run,
+            summary.timed_out,
+            summary.unreachable
+        ),
+        (1, 1, 1, 0),
+        "{report:?}"
+    );
+    for result in &report.results {
+        assert!(
+            result.duration <= limit + Duration::from_millis(100),
+            "{} reported after {:?}",
+            result.status_text(),
+            result.duration
+        );
+    }
+    let frozen_result = report.results[2].outcome.as_ref().unwrap();
+    assert_eq!(frozen_result.stdout(), b"started\n");
+    assert!(
+        matches!(
+            frozen_result.status,
+            swiftide_ssh_executor::ExitStatus::TimedOut {
+                confirmed_dead: false,
+                ..
+            }
+        ),
+        "{frozen_result:?}"
+    );
+}

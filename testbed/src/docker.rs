@@ -137,6 +137,7 @@ pub struct DockerTestbedBuilder {
     server_args: Vec<String>,
     ready_timeout: Duration,
     memory_limit: Option<String>,
+    mounts: Vec<PathBuf>,
 }
 
 impl Default for DockerTestbedBuilder {
@@ -146,6 +147,7 @@ impl Default for DockerTestbedBuilder {
             server_args: Vec::new(),
             ready_timeout: DEFAULT_READY_TIMEOUT,
             memory_limit: None,
+            mounts: Vec::new(),
         }
     }
 }
@@ -187,6 +189,24 @@ impl DockerTestbedBuilder {
         self
     }
 
+    /// Bind-mounts the local directory `host_dir` into the container at the **same**
+    /// absolute path, read-write, so that a command run over SSH and one run locally see
+    /// the same files at the same paths (e.g. to compare the executor with swiftide's
+    /// `LocalExecutor`). May be called several times.
+    ///
+    /// At start the directory is created if missing and made writable for everyone
+    /// (its own mode gains `a+rwx`; its contents are left alone), because the container
+    /// logs in as [`DOCKER_USER`] (uid 1000), which usually does not own it. Files that
+    /// `tester` creates there belong to uid 1000 on the host. Entries created later by
+    /// another local user must be made accessible by the caller (`chmod -R a+rwX`).
+    /// Needs a local Docker daemon (the path is the daemon's).
+    ///
+    /// Defaults to no mounts.
+    pub fn mount(mut self, host_dir: impl Into<PathBuf>) -> Self {
+        self.mounts.push(host_dir.into());
+        self
+    }
+
     /// Builds the image if needed, starts a container and waits for its SSH banner. See
     /// [`DockerTestbed`].
     ///
@@ -195,7 +215,8 @@ impl DockerTestbedBuilder {
     /// [`TestbedError::DockerUnavailable`] without a `docker` CLI or daemon;
     /// [`TestbedError::Command`] if a docker command (or the image build) fails;
     /// [`TestbedError::StartFailed`] (with the container's log) if the server exits or
-    /// does not send its banner in time; [`TestbedError::Io`] for local files.
+    /// does not send its banner in time; [`TestbedError::Io`] for local files (also a
+    /// [`mount`](Self::mount) path that is not absolute or cannot be prepared).
     pub fn start(self) -> Result<DockerTestbed, TestbedError> {
         DockerTestbed::launch(self)
     }
@@ -693,6 +714,9 @@ impl DockerTestbed {
             let _ = Self::cleanup_stale();
         });
         let tag = settings.image.ensure_built()?;
+        for dir in &settings.mounts {
+            prepare_mount(dir)?;
+        }
 
         let dir = tempfile::Builder::new()
             .prefix("swiftide-ssh-docker-")
@@ -845,6 +869,18 @@ fn create_container(
         args.push("--memory".into());
         args.push(limit.clone());
     }
+    for dir in &settings.mounts {
+        // `--mount` rather than `-v`: a path with a colon stays one path.
+        let path = dir.to_string_lossy();
+        if path.contains(',') || path.contains('"') {
+            return Err(TestbedError::io(
+                format!("mounting {path}"),
+                io::Error::other("a mount path must not contain `,` or `\"`"),
+            ));
+        }
+        args.push("--mount".into());
+        args.push(format!("type=bind,source={path},target={path}"));
+    }
     args.push(tag.to_owned());
     args.extend(settings.server_args.iter().cloned());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -857,6 +893,29 @@ fn create_container(
         ));
     }
     Ok(id)
+}
+
+/// Creates a [`DockerTestbedBuilder::mount`] directory if needed and adds `a+rwx` to its
+/// mode, so that the container's `tester` can write into it.
+fn prepare_mount(dir: &Path) -> Result<(), TestbedError> {
+    use std::os::unix::fs::PermissionsExt;
+    let what = || format!("preparing the mount {}", dir.display());
+    if !dir.is_absolute() {
+        return Err(TestbedError::io(
+            what(),
+            io::Error::new(io::ErrorKind::InvalidInput, "the path must be absolute"),
+        ));
+    }
+    fs::create_dir_all(dir).map_err(|e| TestbedError::io(what(), e))?;
+    let mode = fs::metadata(dir)
+        .map_err(|e| TestbedError::io(what(), e))?
+        .permissions()
+        .mode();
+    if mode & 0o777 != 0o777 {
+        fs::set_permissions(dir, fs::Permissions::from_mode((mode & 0o7777) | 0o777))
+            .map_err(|e| TestbedError::io(what(), e))?;
+    }
+    Ok(())
 }
 
 /// The container's first network and its address there (`None`s when it has none).

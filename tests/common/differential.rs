@@ -311,3 +311,74 @@ pub async fn compare(
     }
     mismatches
 }
+
+/// A case whose result is known to differ on a particular host (e.g. a BusyBox-only one
+/// without python or bash), with why and what the remote side must give instead. Such a
+/// case is still run and checked: the remote outcome must satisfy `remote`, and the local
+/// one must not (an expected difference that disappears is reported too).
+pub struct ExpectedDifference {
+    pub case: &'static str,
+    pub why: &'static str,
+    pub remote: fn(&Outcome) -> bool,
+}
+
+/// Like [`compare`], but cases listed in `expected` must differ as described there.
+/// Returns the mismatches and, for the log, one line per expected difference seen.
+pub async fn compare_expecting(
+    local: &dyn ToolExecutor,
+    remote: &dyn ToolExecutor,
+    cases: &[(&'static str, Command, Compare)],
+    expected: &[ExpectedDifference],
+) -> (Vec<String>, Vec<String>) {
+    let mut mismatches = Vec::new();
+    let mut seen = Vec::new();
+    for name in expected.iter().map(|e| e.case) {
+        if !cases.iter().any(|(case, ..)| *case == name) {
+            mismatches.push(format!(
+                "{name}: an expected difference for a case that does not exist"
+            ));
+        }
+    }
+    for (name, cmd, compare) in cases {
+        let r = outcome(remote.exec_cmd(cmd).await);
+        let l = outcome(local.exec_cmd(cmd).await);
+        if let Some(expected) = expected.iter().find(|e| e.case == *name) {
+            if (expected.remote)(&r) && !(expected.remote)(&l) {
+                let text =
+                    String::from_utf8_lossy(&[r.stdout.as_slice(), r.stderr.as_slice()].concat())
+                        .into_owned();
+                // The end of it: a shell's error message may start with a long `$0`.
+                let tail: String = text
+                    .chars()
+                    .rev()
+                    .take(80)
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect();
+                seen.push(format!(
+                    "{name}: expected difference ({}): remote {} ...{tail:?}",
+                    expected.why, r.variant,
+                ));
+            } else {
+                mismatches.push(format!(
+                    "{name} (expected to differ: {}):\n  local  {l:?}\n  remote {r:?}",
+                    expected.why
+                ));
+            }
+            continue;
+        }
+        let same = match compare {
+            Compare::Exact => l == r,
+            Compare::VariantOnly => {
+                l.variant == r.variant
+                    && (l.stdout.is_empty() && l.stderr.is_empty())
+                        == (r.stdout.is_empty() && r.stderr.is_empty())
+            }
+        };
+        if !same {
+            mismatches.push(format!("{name}:\n  local  {l:?}\n  remote {r:?}"));
+        }
+    }
+    (mismatches, seen)
+}
