@@ -15,4 +15,5 @@ mod sftp;
 mod stream_files;
 
 pub use remote_fs::{DirEntry, FileMetadata, FileType};
+pub(crate) use own_script::{option_safe, quoted_path, run_collect};
 pub(crate) use stream_files::{LoadedFile, walk_files};
