@@ -236,13 +236,19 @@ async fn writes_and_deletes_match_local_file_system() {
     let (_testbed, _dir, root, local, remote) = setup().await;
     let root = Path::new(&root);
     // Each side writes, the other side reads.
-    remote.write_file("new/dir/r.txt", "from ssh").await.unwrap();
+    remote
+        .write_file("new/dir/r.txt", "from ssh")
+        .await
+        .unwrap();
     same(
         "write over ssh, read locally",
         local.read_file("new/dir/r.txt").await.unwrap(),
         "from ssh".to_owned(),
     );
-    local.write_file_bytes("new/l.bin", b"\0\xff").await.unwrap();
+    local
+        .write_file_bytes("new/l.bin", b"\0\xff")
+        .await
+        .unwrap();
     same(
         "write locally, read over ssh",
         remote.read_file_bytes("new/l.bin").await.unwrap(),
@@ -317,8 +323,14 @@ async fn exec_matches_local_file_system() {
         remote.exec("printf '\\377'", None).await.is_err(),
     );
     // Over the legacy 1 MiB capture: an error, not truncated output.
-    let l = local.exec("head -c 2000000 /dev/zero", None).await.unwrap_err();
-    let r = remote.exec("head -c 2000000 /dev/zero", None).await.unwrap_err();
+    let l = local
+        .exec("head -c 2000000 /dev/zero", None)
+        .await
+        .unwrap_err();
+    let r = remote
+        .exec("head -c 2000000 /dev/zero", None)
+        .await
+        .unwrap_err();
     same("exec over the cap", l.to_string(), r.to_string());
 }
 
@@ -346,7 +358,10 @@ async fn exec_streamed_fills_spools_and_windows_like_local() {
         .await
         .unwrap();
     same("exit code", l.exit_code, r.exit_code);
-    for (name, mut l, mut r) in [("stdout", l.stdout, r.stdout), ("stderr", l.stderr, r.stderr)] {
+    for (name, mut l, mut r) in [
+        ("stdout", l.stdout, r.stdout),
+        ("stderr", l.stderr, r.stderr),
+    ] {
         same(&format!("{name} head"), &l.head, &r.head);
         same(&format!("{name} tail"), &l.tail, &r.tail);
         same(&format!("{name} total"), l.total_bytes, r.total_bytes);
@@ -356,7 +371,11 @@ async fn exec_streamed_fills_spools_and_windows_like_local() {
             file.read_to_end(&mut bytes).unwrap();
             bytes
         };
-        same(&format!("{name} spool"), read(&mut l.spool), read(&mut r.spool));
+        same(
+            &format!("{name} spool"),
+            read(&mut l.spool),
+            read(&mut r.spool),
+        );
     }
     // Over the per-stream cap: an explicit error with the same text...
     let command = "head -c 200000 /dev/zero";
@@ -395,7 +414,10 @@ async fn escapes_are_clamped_or_refused() {
     let base = dir.path().to_str().unwrap().to_owned();
     // Lexical clamp (the SDK's default resolve_path), in every method.
     for (input, expected) in [
-        ("../outside/secret.txt", format!("{root}/outside/secret.txt")),
+        (
+            "../outside/secret.txt",
+            format!("{root}/outside/secret.txt"),
+        ),
         ("/etc/passwd", format!("{root}/etc/passwd")),
         (
             &format!("{base}/work-evil/secret.txt") as &str,
@@ -412,7 +434,12 @@ async fn escapes_are_clamped_or_refused() {
         assert!(remote.read_file(input).await.is_err() || input == "src/../../..");
     }
     assert!(!remote.exists("/etc/passwd").await.unwrap());
-    assert!(!remote.exists(&format!("{base}/work-evil/secret.txt")).await.unwrap());
+    assert!(
+        !remote
+            .exists(&format!("{base}/work-evil/secret.txt"))
+            .await
+            .unwrap()
+    );
     assert!(remote.grep("root", "/etc", true).await.unwrap().is_empty());
     assert!(remote.glob("/etc/*").await.unwrap().is_empty());
 

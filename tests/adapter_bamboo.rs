@@ -24,7 +24,11 @@ fn call(name: &str, arguments: &str) -> ToolCall {
     }
 }
 
-async fn setup() -> (swiftide_ssh_testbed::Testbed, tempfile::TempDir, SshToolExecutor) {
+async fn setup() -> (
+    swiftide_ssh_testbed::Testbed,
+    tempfile::TempDir,
+    SshToolExecutor,
+) {
     let testbed = common::testbed();
     let executor = common::executor(&testbed).await;
     let dir = tempfile::tempdir().unwrap();
@@ -42,7 +46,10 @@ async fn schemas_and_classification_follow_bamboo() {
     let (_testbed, _dir, tools) = setup().await;
     let schemas = tools.list_tools();
     let names: Vec<_> = schemas.iter().map(|s| s.function.name.as_str()).collect();
-    assert_eq!(names, ["Bash", "Read", "Write", "Glob", "Grep", "GetFileInfo"]);
+    assert_eq!(
+        names,
+        ["Bash", "Read", "Write", "Glob", "Grep", "GetFileInfo"]
+    );
     for schema in &schemas {
         assert_eq!(schema.schema_type, "function");
         assert_eq!(schema.function.parameters["type"], "object");
@@ -72,7 +79,10 @@ async fn schemas_and_classification_follow_bamboo() {
 async fn file_tools_work_over_ssh() {
     let (_testbed, dir, tools) = setup().await;
     let out = tools
-        .execute(&call("Read", r#"{"file_path":"notes.txt","offset":1,"limit":2}"#))
+        .execute(&call(
+            "Read",
+            r#"{"file_path":"notes.txt","offset":1,"limit":2}"#,
+        ))
         .await
         .unwrap();
     assert!(out.success);
@@ -81,14 +91,23 @@ async fn file_tools_work_over_ssh() {
         "     2\tl2\n     3\tl3\n[TRUNCATED] Showing lines 2-3 of 4. Continue with offset=3"
     );
     let out = tools
-        .execute(&call("Write", r#"{"file_path":"new/w.txt","content":"hi\n"}"#))
+        .execute(&call(
+            "Write",
+            r#"{"file_path":"new/w.txt","content":"hi\n"}"#,
+        ))
         .await
         .unwrap();
     assert!(out.success, "{}", out.result);
-    assert_eq!(std::fs::read_to_string(dir.path().join("new/w.txt")).unwrap(), "hi\n");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("new/w.txt")).unwrap(),
+        "hi\n"
+    );
 
     let out = tools
-        .execute(&call("Grep", r#"{"pattern":"TODO","output_mode":"content","-n":true}"#))
+        .execute(&call(
+            "Grep",
+            r#"{"pattern":"TODO","output_mode":"content","-n":true}"#,
+        ))
         .await
         .unwrap();
     let mut lines: Vec<_> = out.result.lines().collect();
@@ -102,7 +121,10 @@ async fn file_tools_work_over_ssh() {
         ]
     );
     let out = tools
-        .execute(&call("Grep", r#"{"pattern":"todo","-i":true,"output_mode":"count","glob":"**/m.rs"}"#))
+        .execute(&call(
+            "Grep",
+            r#"{"pattern":"todo","-i":true,"output_mode":"count","glob":"**/m.rs"}"#,
+        ))
         .await
         .unwrap();
     assert_eq!(out.result, format!("{root}/src/nested/m.rs:1"));
@@ -113,7 +135,13 @@ async fn file_tools_work_over_ssh() {
         .unwrap();
     let mut found: Vec<_> = out.result.lines().collect();
     found.sort();
-    assert_eq!(found, [format!("{root}/src/lib.rs"), format!("{root}/src/nested/m.rs")]);
+    assert_eq!(
+        found,
+        [
+            format!("{root}/src/lib.rs"),
+            format!("{root}/src/nested/m.rs")
+        ]
+    );
 
     let out = tools
         .execute(&call("GetFileInfo", r#"{"path":"notes.txt"}"#))
@@ -147,7 +175,10 @@ async fn bad_arguments_are_invalid_arguments() {
         ("Read", "[1]"),
         ("Write", r#"{"file_path": "a"}"#),
         ("Bash", r#"{"command": "  "}"#),
-        ("Bash", r#"{"command": "sleep 1", "run_in_background": true}"#),
+        (
+            "Bash",
+            r#"{"command": "sleep 1", "run_in_background": true}"#,
+        ),
         ("Grep", r#"{"pattern": "("}"#),
         ("Grep", r#"{"pattern": "x", "output_mode": "lines"}"#),
         ("Glob", r#"{"pattern": "a**"}"#),
@@ -168,7 +199,10 @@ async fn bad_arguments_are_invalid_arguments() {
 async fn bash_streams_tokens_and_reports_status() {
     let (_testbed, _dir, tools) = setup().await;
     let (tx, mut rx) = tokio::sync::mpsc::channel(64);
-    let c = call("Bash", r#"{"command":"echo one; sleep 0.2; echo two >&2; exit 3"}"#);
+    let c = call(
+        "Bash",
+        r#"{"command":"echo one; sleep 0.2; echo two >&2; exit 3"}"#,
+    );
     let mut ctx = ToolExecutionContext::none(&c.id);
     ctx.event_tx = Some(&tx);
     let out = tools.execute_with_context(&c, ctx).await.unwrap();
@@ -178,7 +212,10 @@ async fn bash_streams_tokens_and_reports_status() {
     let mut streamed = String::new();
     while let Some(event) = rx.recv().await {
         match event {
-            AgentEvent::ToolToken { tool_call_id, content } => {
+            AgentEvent::ToolToken {
+                tool_call_id,
+                content,
+            } => {
                 assert_eq!(tool_call_id, "call-1");
                 streamed.push_str(&content);
             }
@@ -192,17 +229,28 @@ async fn bash_streams_tokens_and_reports_status() {
         .await
         .unwrap();
     assert!(out.success);
-    assert!(out.result.contains("/src\nlib.rs\nnested\n"), "{}", out.result);
+    assert!(
+        out.result.contains("/src\nlib.rs\nnested\n"),
+        "{}",
+        out.result
+    );
     let out = tools
         .execute(&call("Bash", r#"{"command":"sleep 5", "timeout": 300}"#))
         .await
         .unwrap();
     assert!(!out.success);
-    assert!(out.result.contains("timed out after 300ms"), "{}", out.result);
+    assert!(
+        out.result.contains("timed out after 300ms"),
+        "{}",
+        out.result
+    );
 
     // Dropping the future kills the remote process group.
     let token = common::token();
-    let c = call("Bash", &format!(r#"{{"command":"sleep 60 & sleep 6{token}"}}"#));
+    let c = call(
+        "Bash",
+        &format!(r#"{{"command":"sleep 60 & sleep 6{token}"}}"#),
+    );
     let _ = tokio::time::timeout(Duration::from_millis(500), tools.execute(&c)).await;
     let left = common::wait_until_gone(&token, Duration::from_secs(5)).await;
     assert!(left.is_empty(), "left running: {left:?}");

@@ -85,10 +85,13 @@ fn is_missing(error: &Error) -> bool {
 
 /// Whether an error is about the file (the server answered), not the transport.
 fn is_file_failure(error: &Error) -> bool {
-    matches!(error, Error::Sftp {
-        status: Some(_),
-        ..
-    })
+    matches!(
+        error,
+        Error::Sftp {
+            status: Some(_),
+            ..
+        }
+    )
 }
 
 impl SshEnvironment {
@@ -150,7 +153,9 @@ impl SshEnvironment {
                 self.executor
                     .canonicalize(Path::new(&self.root))
                     .await
-                    .with_context(|| format!("failed to resolve the environment root {}", self.root))
+                    .with_context(|| {
+                        format!("failed to resolve the environment root {}", self.root)
+                    })
             })
             .await
     }
@@ -491,8 +496,7 @@ impl Environment for SshEnvironment {
             return Ok(Vec::new());
         }
         let files =
-            search::list_files(&self.executor, &path, recursive, Some(MAX_GREP_FILE_BYTES))
-                .await?;
+            search::list_files(&self.executor, &path, recursive, Some(MAX_GREP_FILE_BYTES)).await?;
         let executor = &self.executor;
         let mut reads = futures::stream::iter(files)
             .map(|file| async move {
@@ -540,8 +544,9 @@ impl Environment for SshEnvironment {
         let max = MAX_EXEC_OUTPUT_BYTES as u64;
         let stdout = Capture::new("stdout", MAX_EXEC_OUTPUT_BYTES, 0, max, None);
         let stderr = Capture::new("stderr", MAX_EXEC_OUTPUT_BYTES, 0, max, None);
-        let (stdout, stderr, exit_code) =
-            self.run_captured(command, timeout_ms, stdout, stderr).await?;
+        let (stdout, stderr, exit_code) = self
+            .run_captured(command, timeout_ms, stdout, stderr)
+            .await?;
         let stdout = stdout
             .complete()
             .context("stdout exceeded the bounded legacy process capture")?;
@@ -587,8 +592,9 @@ impl Environment for SshEnvironment {
             max,
             Some(sinks.stderr),
         );
-        let (stdout, stderr, exit_code) =
-            self.run_captured(command, timeout_ms, stdout, stderr).await?;
+        let (stdout, stderr, exit_code) = self
+            .run_captured(command, timeout_ms, stdout, stderr)
+            .await?;
         Ok(ExecStreamResult {
             stdout: stdout.into_stream_capture()?,
             stderr: stderr.into_stream_capture()?,

@@ -222,11 +222,17 @@ struct InfoArgs {
 }
 
 impl SshToolExecutor {
-    async fn bash(&self, args: Value, ctx: &ToolExecutionContext<'_>) -> Result<ToolResult, ToolError> {
+    async fn bash(
+        &self,
+        args: Value,
+        ctx: &ToolExecutionContext<'_>,
+    ) -> Result<ToolResult, ToolError> {
         let args: BashArgs = parse("Bash", args)?;
         let command = args.command.trim();
         if command.is_empty() {
-            return Err(ToolError::InvalidArguments("'command' cannot be empty".to_owned()));
+            return Err(ToolError::InvalidArguments(
+                "'command' cannot be empty".to_owned(),
+            ));
         }
         if args.run_in_background == Some(true) || args.interactive == Some(true) {
             return Err(ToolError::InvalidArguments(
@@ -234,8 +240,14 @@ impl SshToolExecutor {
                     .to_owned(),
             ));
         }
-        let timeout_ms = args.timeout.unwrap_or(DEFAULT_TIMEOUT_MS).clamp(1, MAX_TIMEOUT_MS);
-        let dir = args.workdir.as_deref().map_or_else(|| self.workspace.clone(), |d| self.path(d));
+        let timeout_ms = args
+            .timeout
+            .unwrap_or(DEFAULT_TIMEOUT_MS)
+            .clamp(1, MAX_TIMEOUT_MS);
+        let dir = args
+            .workdir
+            .as_deref()
+            .map_or_else(|| self.workspace.clone(), |d| self.path(d));
         let options = ExecOptions::default()
             .current_dir(dir)
             .timeout(Duration::from_millis(timeout_ms));
@@ -253,7 +265,6 @@ impl SshToolExecutor {
                 let _ = tokens_tx.unbounded_send(String::from_utf8_lossy(bytes).into_owned());
             };
             let result = self.executor.execute(command, options, &mut sink).await;
-            drop(sink);
             drop(tokens_tx);
             result
         };
@@ -281,7 +292,9 @@ impl SshToolExecutor {
         let (success, status) = match &execution.status {
             ExitStatus::Code(code) => (*code == 0, format!("exit code {code}")),
             ExitStatus::Signal { name, .. } => (false, format!("killed by signal {name}")),
-            ExitStatus::TimedOut { .. } => (false, format!("Command timed out after {timeout_ms}ms")),
+            ExitStatus::TimedOut { .. } => {
+                (false, format!("Command timed out after {timeout_ms}ms"))
+            }
             _ => (false, "ended without an exit status".to_owned()),
         };
         if !output.is_empty() && !output.ends_with('\n') {
@@ -297,7 +310,9 @@ impl SshToolExecutor {
     async fn read(&self, args: Value) -> Result<ToolResult, ToolError> {
         let args: ReadArgs = parse("Read", args)?;
         if args.file_path.trim().is_empty() {
-            return Err(ToolError::InvalidArguments("file_path must be a non-empty string".to_owned()));
+            return Err(ToolError::InvalidArguments(
+                "file_path must be a non-empty string".to_owned(),
+            ));
         }
         let path = self.path(&args.file_path);
         let meta = match self.executor.metadata(&path).await {
@@ -308,25 +323,42 @@ impl SshToolExecutor {
             match self.executor.list_dir(&path).await {
                 Ok(entries) => entries
                     .into_iter()
-                    .map(|e| if e.metadata.is_dir() { format!("{}/", e.name) } else { e.name })
+                    .map(|e| {
+                        if e.metadata.is_dir() {
+                            format!("{}/", e.name)
+                        } else {
+                            e.name
+                        }
+                    })
                     .collect(),
                 Err(error) => return failed(&error),
             }
         } else if !meta.is_file() {
-            return Ok(text(false, format!("Refusing to read {}: not a regular file", path.display())));
+            return Ok(text(
+                false,
+                format!("Refusing to read {}: not a regular file", path.display()),
+            ));
         } else {
             let content = match self.executor.read_file_bytes(&path).await {
                 Ok(content) => content,
                 Err(error) => return failed(&error),
             };
             if search::looks_binary(&content) {
-                return Ok(text(true, format!("[binary file omitted: {} bytes]", content.len())));
+                return Ok(text(
+                    true,
+                    format!("[binary file omitted: {} bytes]", content.len()),
+                ));
             }
-            String::from_utf8_lossy(&content).lines().map(str::to_owned).collect()
+            String::from_utf8_lossy(&content)
+                .lines()
+                .map(str::to_owned)
+                .collect()
         };
         let total = lines.len();
         let start = args.offset.unwrap_or(0).min(total);
-        let end = args.limit.map_or(total, |limit| start.saturating_add(limit).min(total));
+        let end = args
+            .limit
+            .map_or(total, |limit| start.saturating_add(limit).min(total));
         let mut out = lines[start..end]
             .iter()
             .enumerate()
@@ -348,10 +380,16 @@ impl SshToolExecutor {
     async fn write(&self, args: Value) -> Result<ToolResult, ToolError> {
         let args: WriteArgs = parse("Write", args)?;
         if args.file_path.trim().is_empty() {
-            return Err(ToolError::InvalidArguments("file_path must be a non-empty string".to_owned()));
+            return Err(ToolError::InvalidArguments(
+                "file_path must be a non-empty string".to_owned(),
+            ));
         }
         let path = self.path(&args.file_path);
-        match self.executor.write_file_bytes(&path, args.content.as_bytes()).await {
+        match self
+            .executor
+            .write_file_bytes(&path, args.content.as_bytes())
+            .await
+        {
             Ok(()) => Ok(text(
                 true,
                 format!("Wrote {} bytes to {}", args.content.len(), path.display()),
@@ -367,7 +405,10 @@ impl SshToolExecutor {
             Err(Error::Sftp {
                 status: Some(SftpStatus::NoSuchFile),
                 ..
-            }) => Err(ToolError::Execution(format!("Path does not exist: {}", root.display()))),
+            }) => Err(ToolError::Execution(format!(
+                "Path does not exist: {}",
+                root.display()
+            ))),
             Err(error) => Err(ToolError::Execution(error.to_string())),
         }
     }
@@ -383,7 +424,10 @@ impl SshToolExecutor {
                 root.display()
             )));
         }
-        let limit = args.limit.unwrap_or(DEFAULT_GLOB_MATCHES).clamp(1, MAX_GLOB_MATCHES);
+        let limit = args
+            .limit
+            .unwrap_or(DEFAULT_GLOB_MATCHES)
+            .clamp(1, MAX_GLOB_MATCHES);
         let files = search::list_files(&self.executor, &root, true, None)
             .await
             .map_err(|e| ToolError::Execution(e.to_string()))?;
@@ -392,7 +436,8 @@ impl SshToolExecutor {
             .into_iter()
             .filter(|file| {
                 let relative = file.strip_prefix(&root).unwrap_or(file);
-                pattern.matches_path_with(relative, options) || pattern.matches_path_with(file, options)
+                pattern.matches_path_with(relative, options)
+                    || pattern.matches_path_with(file, options)
             })
             .collect();
         let total = matched.len();
@@ -441,13 +486,13 @@ impl SshToolExecutor {
             .dot_matches_new_line(multiline)
             .build()
             .map_err(|e| ToolError::InvalidArguments(format!("Invalid regex pattern: {e}")))?;
-        let filter = match args.glob.as_deref() {
-            Some(g) => Some(
-                glob::Pattern::new(g)
-                    .map_err(|e| ToolError::InvalidArguments(format!("Invalid glob pattern: {e}")))?,
-            ),
-            None => None,
-        };
+        let filter =
+            match args.glob.as_deref() {
+                Some(g) => Some(glob::Pattern::new(g).map_err(|e| {
+                    ToolError::InvalidArguments(format!("Invalid glob pattern: {e}"))
+                })?),
+                None => None,
+            };
         let (root, is_dir) = self.search_root(args.path.as_deref()).await?;
         let files = if is_dir {
             search::list_files(&self.executor, &root, true, Some(MAX_GREP_FILE_BYTES))
@@ -468,7 +513,10 @@ impl SshToolExecutor {
             .collect();
         let mode = args.output_mode.unwrap_or_default();
         let context = args.context.unwrap_or(0);
-        let (before, after) = (args.before.unwrap_or(context), args.after.unwrap_or(context));
+        let (before, after) = (
+            args.before.unwrap_or(context),
+            args.after.unwrap_or(context),
+        );
         let numbers = args.line_numbers.unwrap_or(false);
         let head_limit = args.head_limit.unwrap_or(DEFAULT_HEAD_LIMIT);
         let executor = &self.executor;
@@ -486,16 +534,26 @@ impl SshToolExecutor {
             let text = String::from_utf8_lossy(&content);
             let lines: Vec<&str> = text.lines().collect();
             let hits: Vec<usize> = if multiline {
-                regex.find_iter(&text).map(|m| text[..m.start()].matches('\n').count()).collect()
+                regex
+                    .find_iter(&text)
+                    .map(|m| text[..m.start()].matches('\n').count())
+                    .collect()
             } else {
-                lines.iter().enumerate().filter(|(_, l)| regex.is_match(l)).map(|(i, _)| i).collect()
+                lines
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, l)| regex.is_match(l))
+                    .map(|(i, _)| i)
+                    .collect()
             };
             if hits.is_empty() {
                 continue;
             }
             total = total.saturating_add(hits.len());
             if total > MAX_MATCHES {
-                return Err(ToolError::Execution("Result too large; refine query and retry.".to_owned()));
+                return Err(ToolError::Execution(
+                    "Result too large; refine query and retry.".to_owned(),
+                ));
             }
             let shown = file.to_string_lossy();
             match mode {
@@ -509,7 +567,9 @@ impl SshToolExecutor {
                         wanted.extend(from..=to);
                     }
                     for index in wanted {
-                        let Some(line) = lines.get(index) else { continue };
+                        let Some(line) = lines.get(index) else {
+                            continue;
+                        };
                         rows.push(if numbers {
                             format!("{shown}:{}:{line}", index + 1)
                         } else {
@@ -525,7 +585,9 @@ impl SshToolExecutor {
             }
         }
         if partial {
-            rows.push(format!("[TRUNCATED] Showing first {head_limit} entries. Narrow the search."));
+            rows.push(format!(
+                "[TRUNCATED] Showing first {head_limit} entries. Narrow the search."
+            ));
         }
         Ok(text(true, rows.join("\n")))
     }
@@ -533,7 +595,9 @@ impl SshToolExecutor {
     async fn file_info(&self, args: Value) -> Result<ToolResult, ToolError> {
         let args: InfoArgs = parse("GetFileInfo", args)?;
         if args.path.trim().is_empty() {
-            return Err(ToolError::InvalidArguments("path must be a non-empty string".to_owned()));
+            return Err(ToolError::InvalidArguments(
+                "path must be a non-empty string".to_owned(),
+            ));
         }
         let path = self.path(&args.path);
         let result = match self.executor.metadata(&path).await {
@@ -571,7 +635,10 @@ fn parse_arguments(call: &ToolCall, ctx: &ToolExecutionContext<'_>) -> Result<Va
         return Ok(json!({}));
     }
     let value: Value = serde_json::from_str(raw).map_err(|e| {
-        ToolError::InvalidArguments(format!("arguments of {} are not valid JSON: {e}", call.function.name))
+        ToolError::InvalidArguments(format!(
+            "arguments of {} are not valid JSON: {e}",
+            call.function.name
+        ))
     })?;
     if !value.is_object() {
         return Err(ToolError::InvalidArguments(format!(
@@ -717,7 +784,10 @@ impl ToolExecutor for SshToolExecutor {
     }
 
     fn owns_exact_tool(&self, tool_name: &str) -> bool {
-        matches!(tool_name, "Bash" | "Read" | "Write" | "Glob" | "Grep" | "GetFileInfo")
+        matches!(
+            tool_name,
+            "Bash" | "Read" | "Write" | "Glob" | "Grep" | "GetFileInfo"
+        )
     }
 
     fn tool_mutability(&self, tool_name: &str) -> ToolMutability {

@@ -318,7 +318,14 @@ pub(crate) fn plan_glob(pattern: &str) -> std::result::Result<GlobPlan, glob::Pa
 type Todo = (PathBuf, bool, Option<usize>);
 
 /// `glob` 0.3's `fill_todo`, over the snapshot.
-fn fill_todo(todo: &mut Vec<Todo>, plan: &GlobPlan, tree: &Tree, idx: usize, path: &Path, dir: bool) {
+fn fill_todo(
+    todo: &mut Vec<Todo>,
+    plan: &GlobPlan,
+    tree: &Tree,
+    idx: usize,
+    path: &Path,
+    dir: bool,
+) {
     let options = glob::MatchOptions::new();
     let add = |todo: &mut Vec<Todo>, next: PathBuf, next_dir: bool| {
         if idx + 1 == plan.parts.len() {
