@@ -14,5 +14,6 @@ mod remote_fs;
 mod sftp;
 mod stream_files;
 
+pub(crate) use own_script::{option_safe, quoted_path, run_collect};
 pub use remote_fs::{DirEntry, FileMetadata, FileType};
 pub(crate) use stream_files::{LoadedFile, walk_files};

@@ -455,6 +455,55 @@ impl SshExecutor {
         .await
     }
 
+    /// Removes an empty directory (`rmdir`).
+    ///
+    /// # Errors
+    /// As [`metadata`](Self::metadata); a directory that is not empty fails with the
+    /// server's status. Not retried after a broken channel.
+    #[tracing::instrument(
+        level = "debug",
+        skip(self),
+        fields(host = %self.inner.config.host),
+        err(level = "debug")
+    )]
+    pub async fn remove_dir(&self, path: &Path) -> Result<()> {
+        let path = self.resolve_path(path, None);
+        let text = sftp_path(&path)?;
+        self.with_sftp(Retry::Never, |channel| async move {
+            channel
+                .rmdir(text)
+                .await
+                .map_err(|e| self.sftp_error("rmdir", text, e))
+        })
+        .await
+    }
+
+    /// The canonical form of `path` on the server (SFTP `realpath`): absolute, with every
+    /// symlink resolved. A relative `path` resolves against the workdir.
+    ///
+    /// # Errors
+    /// [`Error::Sftp`] with status `NoSuchFile` when the path (or a symlink's target) does
+    /// not exist, [`Error::InvalidInput`] for a path that is not valid UTF-8, or a
+    /// connection error.
+    #[tracing::instrument(
+        level = "debug",
+        skip(self),
+        fields(host = %self.inner.config.host),
+        err(level = "debug")
+    )]
+    pub async fn canonicalize(&self, path: &Path) -> Result<PathBuf> {
+        let path = self.resolve_path(path, None);
+        let text = sftp_path(&path)?;
+        self.with_sftp(Retry::Idempotent, |channel| async move {
+            channel
+                .realpath(text)
+                .await
+                .map(PathBuf::from)
+                .map_err(|e| self.sftp_error("realpath", text, e))
+        })
+        .await
+    }
+
     /// Renames `from` to `to`, atomically replacing an existing `to` (with
     /// `posix-rename@openssh.com`; servers without it refuse to replace).
     ///

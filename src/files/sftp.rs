@@ -531,6 +531,17 @@ impl SftpChannel {
     pub(crate) async fn rmdir(&self, path: &str) -> Result<(), SftpError> {
         self.raw.rmdir(path).await.map(drop)
     }
+
+    /// The server's `realpath` of `path`: absolute, symlinks resolved (OpenSSH uses
+    /// realpath(3), so the path must exist).
+    pub(crate) async fn realpath(&self, path: &str) -> Result<String, SftpError> {
+        let name = self.raw.realpath(path).await?;
+        name.files
+            .into_iter()
+            .next()
+            .map(|file| file.filename)
+            .ok_or(SftpError::UnexpectedPacket)
+    }
 }
 
 /// Whether the server accepted the subsystem request (other messages, such as window

@@ -1,0 +1,812 @@
+//! A bamboo [`ToolExecutor`] over SSH (feature `bamboo`): bamboo's built-in shell and file
+//! tools, named and shaped as in `bamboo-tools` (`Bash`, `Read`, `Write`, `Glob`, `Grep`,
+//! `GetFileInfo`, with the same JSON argument schemas), running on a remote host.
+//!
+//! * Arguments arrive as raw JSON (`ToolCall::function::arguments`); unknown fields, missing
+//!   or mistyped ones are [`ToolError::InvalidArguments`], an unknown tool is
+//!   [`ToolError::NotFound`].
+//! * `Bash` streams its output as [`AgentEvent::ToolToken`] through the context's
+//!   `event_tx`; dropping the future kills the remote process group. Background and
+//!   interactive shells (`run_in_background`, `interactive`) are not available.
+//! * `call_mutability` / `call_concurrency_safe`: `Read`, `Glob`, `Grep` and `GetFileInfo` are
+//!   read-only and may run in parallel; `Bash`, `Write` and unknown names are mutating.
+//! * Permission checks keep bamboo's defaults (this executor adds no gate of its own).
+//! * Relative paths resolve against the workspace given to [`SshToolExecutor::new`].
+//! * `Glob` and `Grep` walk the tree remotely with `find`; they do not apply `.gitignore`
+//!   rules (bamboo's built-ins do inside git repositories) and `Grep`'s `type` filter is
+//!   not supported.
+
+use std::{
+    path::{Path, PathBuf},
+    time::{Duration, UNIX_EPOCH},
+};
+
+use async_trait::async_trait;
+use bamboo_agent_core::{
+    AgentEvent, FunctionSchema, ToolCall, ToolError, ToolExecutionContext, ToolExecutor,
+    ToolMutability, ToolResult, ToolSchema,
+};
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::{
+    adapters::search,
+    command::{ExitStatus, OutputChunk},
+    error::{Error, SftpStatus},
+    executor::{ExecOptions, SshExecutor},
+};
+
+const DEFAULT_TIMEOUT_MS: u64 = 120_000;
+const MAX_TIMEOUT_MS: u64 = 600_000;
+const MAX_CAPTURE_BYTES: usize = 512 * 1024;
+const DEFAULT_HEAD_LIMIT: usize = 200;
+const MAX_MATCHES: usize = 2_000;
+const MAX_GREP_FILE_BYTES: u64 = 2 * 1024 * 1024;
+const DEFAULT_GLOB_MATCHES: usize = 100;
+const MAX_GLOB_MATCHES: usize = 200;
+const CONCURRENT_READS: usize = 8;
+
+const READ_ONLY: &[&str] = &["Read", "Glob", "Grep", "GetFileInfo"];
+
+/// bamboo's built-in shell and file tools on a remote host.
+///
+/// ```no_run
+/// # async fn demo(executor: swiftide_ssh_executor::SshExecutor) {
+/// use std::sync::Arc;
+/// use bamboo_agent_core::ToolExecutor;
+/// use swiftide_ssh_executor::adapters::bamboo::SshToolExecutor;
+///
+/// let tools: Arc<dyn ToolExecutor> = Arc::new(SshToolExecutor::new(executor, "/srv/checkout"));
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct SshToolExecutor {
+    executor: SshExecutor,
+    workspace: PathBuf,
+}
+
+impl SshToolExecutor {
+    /// Tools on `executor`'s host; relative paths and `Bash` run in `workspace`.
+    pub fn new(executor: SshExecutor, workspace: impl Into<PathBuf>) -> Self {
+        Self {
+            executor,
+            workspace: workspace.into(),
+        }
+    }
+
+    /// The executor the tools run on.
+    pub fn executor(&self) -> &SshExecutor {
+        &self.executor
+    }
+
+    fn path(&self, path: &str) -> PathBuf {
+        let path = Path::new(path);
+        if path.is_absolute() {
+            path.to_path_buf()
+        } else {
+            self.workspace.join(path)
+        }
+    }
+}
+
+fn invalid(tool: &str, error: impl std::fmt::Display) -> ToolError {
+    ToolError::InvalidArguments(format!("Invalid {tool} args: {error}"))
+}
+
+fn parse<T: for<'de> Deserialize<'de>>(tool: &str, args: Value) -> Result<T, ToolError> {
+    serde_json::from_value(args).map_err(|e| invalid(tool, e))
+}
+
+/// A transport failure is an execution error; a file failure becomes a failed result.
+fn failed(error: &Error) -> Result<ToolResult, ToolError> {
+    match error {
+        Error::Sftp {
+            status: Some(_), ..
+        } => Ok(ToolResult {
+            success: false,
+            result: error.to_string(),
+            display_preference: Some("error".to_owned()),
+            images: Vec::new(),
+        }),
+        _ => Err(ToolError::Execution(error.to_string())),
+    }
+}
+
+fn text(success: bool, result: impl Into<String>) -> ToolResult {
+    ToolResult::text(success, result)
+}
+
+fn schema(name: &str, description: &str, parameters: Value) -> ToolSchema {
+    ToolSchema {
+        schema_type: "function".to_owned(),
+        function: FunctionSchema {
+            name: name.to_owned(),
+            description: description.to_owned(),
+            parameters,
+        },
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BashArgs {
+    command: String,
+    #[serde(default)]
+    timeout: Option<u64>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    description: Option<String>,
+    #[serde(default)]
+    run_in_background: Option<bool>,
+    #[serde(default)]
+    interactive: Option<bool>,
+    #[serde(default)]
+    workdir: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReadArgs {
+    file_path: String,
+    #[serde(default)]
+    offset: Option<usize>,
+    #[serde(default)]
+    limit: Option<usize>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WriteArgs {
+    file_path: String,
+    content: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GlobArgs {
+    pattern: String,
+    #[serde(default)]
+    path: Option<String>,
+    #[serde(default)]
+    limit: Option<usize>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    include_ignored: bool,
+}
+
+#[derive(Deserialize, Default, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+enum OutputMode {
+    Content,
+    #[default]
+    FilesWithMatches,
+    Count,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GrepArgs {
+    pattern: String,
+    #[serde(default)]
+    path: Option<String>,
+    #[serde(default)]
+    glob: Option<String>,
+    #[serde(default)]
+    output_mode: Option<OutputMode>,
+    #[serde(default, rename = "-B")]
+    before: Option<usize>,
+    #[serde(default, rename = "-A")]
+    after: Option<usize>,
+    #[serde(default, rename = "-C")]
+    context: Option<usize>,
+    #[serde(default, rename = "-n")]
+    line_numbers: Option<bool>,
+    #[serde(default, rename = "-i")]
+    case_insensitive: Option<bool>,
+    #[serde(default, rename = "type")]
+    file_type: Option<String>,
+    #[serde(default)]
+    head_limit: Option<usize>,
+    #[serde(default)]
+    multiline: Option<bool>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    include_ignored: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InfoArgs {
+    path: String,
+}
+
+impl SshToolExecutor {
+    async fn bash(
+        &self,
+        args: Value,
+        ctx: &ToolExecutionContext<'_>,
+    ) -> Result<ToolResult, ToolError> {
+        let args: BashArgs = parse("Bash", args)?;
+        let command = args.command.trim();
+        if command.is_empty() {
+            return Err(ToolError::InvalidArguments(
+                "'command' cannot be empty".to_owned(),
+            ));
+        }
+        if args.run_in_background == Some(true) || args.interactive == Some(true) {
+            return Err(ToolError::InvalidArguments(
+                "run_in_background and interactive are not available over SSH: omit them to run synchronously"
+                    .to_owned(),
+            ));
+        }
+        let timeout_ms = args
+            .timeout
+            .unwrap_or(DEFAULT_TIMEOUT_MS)
+            .clamp(1, MAX_TIMEOUT_MS);
+        let dir = args
+            .workdir
+            .as_deref()
+            .map_or_else(|| self.workspace.clone(), |d| self.path(d));
+        let options = ExecOptions::default()
+            .current_dir(dir)
+            .timeout(Duration::from_millis(timeout_ms));
+        let (tokens_tx, mut tokens_rx) = futures::channel::mpsc::unbounded::<String>();
+        let mut stdout = Vec::new();
+        let mut stderr = Vec::new();
+        let run = async {
+            let mut sink = |chunk: &OutputChunk| {
+                let (bytes, kept) = match chunk {
+                    OutputChunk::Stdout(bytes) => (bytes, &mut stdout),
+                    OutputChunk::Stderr(bytes) => (bytes, &mut stderr),
+                };
+                let room = MAX_CAPTURE_BYTES.saturating_sub(kept.len());
+                kept.extend_from_slice(&bytes[..room.min(bytes.len())]);
+                let _ = tokens_tx.unbounded_send(String::from_utf8_lossy(bytes).into_owned());
+            };
+            let result = self.executor.execute(command, options, &mut sink).await;
+            drop(tokens_tx);
+            result
+        };
+        let forward = async {
+            while let Some(content) = tokens_rx.next().await {
+                if let Some(tx) = ctx.event_tx {
+                    let _ = tx
+                        .send(AgentEvent::ToolToken {
+                            tool_call_id: ctx.tool_call_id.to_owned(),
+                            content,
+                        })
+                        .await;
+                }
+            }
+        };
+        let (result, ()) = futures::join!(run, forward);
+        let execution = result.map_err(|e| ToolError::Execution(e.to_string()))?;
+        let mut output = String::from_utf8_lossy(&stdout).into_owned();
+        if !stderr.is_empty() {
+            if !output.is_empty() && !output.ends_with('\n') {
+                output.push('\n');
+            }
+            output.push_str(&String::from_utf8_lossy(&stderr));
+        }
+        let (success, status) = match &execution.status {
+            ExitStatus::Code(code) => (*code == 0, format!("exit code {code}")),
+            ExitStatus::Signal { name, .. } => (false, format!("killed by signal {name}")),
+            ExitStatus::TimedOut { .. } => {
+                (false, format!("Command timed out after {timeout_ms}ms"))
+            }
+            _ => (false, "ended without an exit status".to_owned()),
+        };
+        if !output.is_empty() && !output.ends_with('\n') {
+            output.push('\n');
+        }
+        output.push_str(&format!("[{status}]"));
+        if stdout.len() >= MAX_CAPTURE_BYTES || stderr.len() >= MAX_CAPTURE_BYTES {
+            output.push_str("\n[TRUNCATED] output capped at 512KB per stream");
+        }
+        Ok(text(success, output))
+    }
+
+    async fn read(&self, args: Value) -> Result<ToolResult, ToolError> {
+        let args: ReadArgs = parse("Read", args)?;
+        if args.file_path.trim().is_empty() {
+            return Err(ToolError::InvalidArguments(
+                "file_path must be a non-empty string".to_owned(),
+            ));
+        }
+        let path = self.path(&args.file_path);
+        let meta = match self.executor.metadata(&path).await {
+            Ok(meta) => meta,
+            Err(error) => return failed(&error),
+        };
+        let lines: Vec<String> = if meta.is_dir() {
+            match self.executor.list_dir(&path).await {
+                Ok(entries) => entries
+                    .into_iter()
+                    .map(|e| {
+                        if e.metadata.is_dir() {
+                            format!("{}/", e.name)
+                        } else {
+                            e.name
+                        }
+                    })
+                    .collect(),
+                Err(error) => return failed(&error),
+            }
+        } else if !meta.is_file() {
+            return Ok(text(
+                false,
+                format!("Refusing to read {}: not a regular file", path.display()),
+            ));
+        } else {
+            let content = match self.executor.read_file_bytes(&path).await {
+                Ok(content) => content,
+                Err(error) => return failed(&error),
+            };
+            if search::looks_binary(&content) {
+                return Ok(text(
+                    true,
+                    format!("[binary file omitted: {} bytes]", content.len()),
+                ));
+            }
+            String::from_utf8_lossy(&content)
+                .lines()
+                .map(str::to_owned)
+                .collect()
+        };
+        let total = lines.len();
+        let start = args.offset.unwrap_or(0).min(total);
+        let end = args
+            .limit
+            .map_or(total, |limit| start.saturating_add(limit).min(total));
+        let mut out = lines[start..end]
+            .iter()
+            .enumerate()
+            .map(|(i, line)| format!("{:>6}\t{}", start + i + 1, line))
+            .collect::<Vec<_>>()
+            .join("\n");
+        if end < total {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&format!(
+                "[TRUNCATED] Showing lines {}-{end} of {total}. Continue with offset={end}",
+                start + 1
+            ));
+        }
+        Ok(text(true, out))
+    }
+
+    async fn write(&self, args: Value) -> Result<ToolResult, ToolError> {
+        let args: WriteArgs = parse("Write", args)?;
+        if args.file_path.trim().is_empty() {
+            return Err(ToolError::InvalidArguments(
+                "file_path must be a non-empty string".to_owned(),
+            ));
+        }
+        let path = self.path(&args.file_path);
+        match self
+            .executor
+            .write_file_bytes(&path, args.content.as_bytes())
+            .await
+        {
+            Ok(()) => Ok(text(
+                true,
+                format!("Wrote {} bytes to {}", args.content.len(), path.display()),
+            )),
+            Err(error) => failed(&error),
+        }
+    }
+
+    async fn search_root(&self, path: Option<&str>) -> Result<(PathBuf, bool), ToolError> {
+        let root = path.map_or_else(|| self.workspace.clone(), |p| self.path(p));
+        match self.executor.metadata(&root).await {
+            Ok(meta) => Ok((root, meta.is_dir())),
+            Err(Error::Sftp {
+                status: Some(SftpStatus::NoSuchFile),
+                ..
+            }) => Err(ToolError::Execution(format!(
+                "Path does not exist: {}",
+                root.display()
+            ))),
+            Err(error) => Err(ToolError::Execution(error.to_string())),
+        }
+    }
+
+    async fn glob(&self, args: Value) -> Result<ToolResult, ToolError> {
+        let args: GlobArgs = parse("Glob", args)?;
+        let pattern = glob::Pattern::new(args.pattern.trim())
+            .map_err(|e| ToolError::InvalidArguments(format!("Invalid glob pattern: {e}")))?;
+        let (root, is_dir) = self.search_root(args.path.as_deref()).await?;
+        if !is_dir {
+            return Err(ToolError::Execution(format!(
+                "Search path is not a directory: {}",
+                root.display()
+            )));
+        }
+        let limit = args
+            .limit
+            .unwrap_or(DEFAULT_GLOB_MATCHES)
+            .clamp(1, MAX_GLOB_MATCHES);
+        let files = search::list_files(&self.executor, &root, true, None)
+            .await
+            .map_err(|e| ToolError::Execution(e.to_string()))?;
+        let options = glob::MatchOptions::new();
+        let matched: Vec<PathBuf> = files
+            .into_iter()
+            .filter(|file| {
+                let relative = file.strip_prefix(&root).unwrap_or(file);
+                pattern.matches_path_with(relative, options)
+                    || pattern.matches_path_with(file, options)
+            })
+            .collect();
+        let total = matched.len();
+        // Newest first, as bamboo orders them: one stat per match.
+        let executor = &self.executor;
+        let mut dated: Vec<(String, u64)> = futures::stream::iter(matched)
+            .map(|file| async move {
+                let modified = executor
+                    .metadata(&file)
+                    .await
+                    .ok()
+                    .and_then(|m| m.modified)
+                    .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                    .map_or(0, |d| d.as_secs());
+                (file.to_string_lossy().into_owned(), modified)
+            })
+            .buffer_unordered(CONCURRENT_READS)
+            .collect()
+            .await;
+        dated.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let mut lines: Vec<String> = dated.into_iter().take(limit).map(|(p, _)| p).collect();
+        if total > limit {
+            lines.push(format!(
+                "[TRUNCATED] Showing first {limit} matches (matched {total}). Refine pattern/path and retry."
+            ));
+        }
+        Ok(ToolResult {
+            success: true,
+            result: lines.join("\n"),
+            display_preference: Some("Collapsible".to_owned()),
+            images: Vec::new(),
+        })
+    }
+
+    async fn grep(&self, args: Value) -> Result<ToolResult, ToolError> {
+        let args: GrepArgs = parse("Grep", args)?;
+        if args.file_type.is_some() {
+            return Err(ToolError::InvalidArguments(
+                "the type filter is not supported over SSH; use glob instead".to_owned(),
+            ));
+        }
+        let multiline = args.multiline.unwrap_or(false);
+        let regex = regex::RegexBuilder::new(&args.pattern)
+            .case_insensitive(args.case_insensitive.unwrap_or(false))
+            .multi_line(multiline)
+            .dot_matches_new_line(multiline)
+            .build()
+            .map_err(|e| ToolError::InvalidArguments(format!("Invalid regex pattern: {e}")))?;
+        let filter =
+            match args.glob.as_deref() {
+                Some(g) => Some(glob::Pattern::new(g).map_err(|e| {
+                    ToolError::InvalidArguments(format!("Invalid glob pattern: {e}"))
+                })?),
+                None => None,
+            };
+        let (root, is_dir) = self.search_root(args.path.as_deref()).await?;
+        let files = if is_dir {
+            search::list_files(&self.executor, &root, true, Some(MAX_GREP_FILE_BYTES))
+                .await
+                .map_err(|e| ToolError::Execution(e.to_string()))?
+        } else {
+            vec![root.clone()]
+        };
+        let options = glob::MatchOptions::new();
+        let files: Vec<PathBuf> = files
+            .into_iter()
+            .filter(|file| {
+                filter.as_ref().is_none_or(|f| {
+                    let relative = file.strip_prefix(&root).unwrap_or(file);
+                    f.matches_path_with(relative, options) || f.matches_path_with(file, options)
+                })
+            })
+            .collect();
+        let mode = args.output_mode.unwrap_or_default();
+        let context = args.context.unwrap_or(0);
+        let (before, after) = (
+            args.before.unwrap_or(context),
+            args.after.unwrap_or(context),
+        );
+        let numbers = args.line_numbers.unwrap_or(false);
+        let head_limit = args.head_limit.unwrap_or(DEFAULT_HEAD_LIMIT);
+        let executor = &self.executor;
+        let mut reads = futures::stream::iter(files)
+            .map(|file| async move { (executor.read_file_bytes(&file).await, file) })
+            .buffered(CONCURRENT_READS);
+        let mut rows = Vec::new();
+        let mut total = 0usize;
+        let mut partial = false;
+        while let Some((content, file)) = reads.next().await {
+            let Ok(content) = content else { continue };
+            if content.contains(&0) {
+                continue;
+            }
+            let text = String::from_utf8_lossy(&content);
+            let lines: Vec<&str> = text.lines().collect();
+            let hits: Vec<usize> = if multiline {
+                regex
+                    .find_iter(&text)
+                    .map(|m| text[..m.start()].matches('\n').count())
+                    .collect()
+            } else {
+                lines
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, l)| regex.is_match(l))
+                    .map(|(i, _)| i)
+                    .collect()
+            };
+            if hits.is_empty() {
+                continue;
+            }
+            total = total.saturating_add(hits.len());
+            if total > MAX_MATCHES {
+                return Err(ToolError::Execution(
+                    "Result too large; refine query and retry.".to_owned(),
+                ));
+            }
+            let shown = file.to_string_lossy();
+            match mode {
+                OutputMode::FilesWithMatches => rows.push(shown.into_owned()),
+                OutputMode::Count => rows.push(format!("{shown}:{}", hits.len())),
+                OutputMode::Content => {
+                    let mut wanted = std::collections::BTreeSet::new();
+                    for &hit in &hits {
+                        let from = hit.saturating_sub(before);
+                        let to = hit.saturating_add(after).min(lines.len().saturating_sub(1));
+                        wanted.extend(from..=to);
+                    }
+                    for index in wanted {
+                        let Some(line) = lines.get(index) else {
+                            continue;
+                        };
+                        rows.push(if numbers {
+                            format!("{shown}:{}:{line}", index + 1)
+                        } else {
+                            format!("{shown}:{line}")
+                        });
+                    }
+                }
+            }
+            if rows.len() >= head_limit {
+                rows.truncate(head_limit);
+                partial = true;
+                break;
+            }
+        }
+        if partial {
+            rows.push(format!(
+                "[TRUNCATED] Showing first {head_limit} entries. Narrow the search."
+            ));
+        }
+        Ok(text(true, rows.join("\n")))
+    }
+
+    async fn file_info(&self, args: Value) -> Result<ToolResult, ToolError> {
+        let args: InfoArgs = parse("GetFileInfo", args)?;
+        if args.path.trim().is_empty() {
+            return Err(ToolError::InvalidArguments(
+                "path must be a non-empty string".to_owned(),
+            ));
+        }
+        let path = self.path(&args.path);
+        let result = match self.executor.metadata(&path).await {
+            Ok(meta) => json!({
+                "path": args.path,
+                "exists": true,
+                "is_file": meta.is_file(),
+                "is_dir": meta.is_dir(),
+                "size_bytes": meta.size,
+                "modified_unix": meta.modified
+                    .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                    .map(|d| d.as_secs()),
+            }),
+            Err(Error::Sftp {
+                status: Some(SftpStatus::NoSuchFile),
+                ..
+            }) => json!({ "path": args.path, "exists": false }),
+            Err(error) => return failed(&error),
+        };
+        Ok(ToolResult {
+            success: true,
+            result: result.to_string(),
+            display_preference: Some("json".to_owned()),
+            images: Vec::new(),
+        })
+    }
+}
+
+fn parse_arguments(call: &ToolCall, ctx: &ToolExecutionContext<'_>) -> Result<Value, ToolError> {
+    if let Some(args) = ctx.pre_parsed_args {
+        return Ok(args.clone());
+    }
+    let raw = call.function.arguments.trim();
+    if raw.is_empty() {
+        return Ok(json!({}));
+    }
+    let value: Value = serde_json::from_str(raw).map_err(|e| {
+        ToolError::InvalidArguments(format!(
+            "arguments of {} are not valid JSON: {e}",
+            call.function.name
+        ))
+    })?;
+    if !value.is_object() {
+        return Err(ToolError::InvalidArguments(format!(
+            "arguments of {} must be a JSON object",
+            call.function.name
+        )));
+    }
+    Ok(value)
+}
+
+#[async_trait]
+impl ToolExecutor for SshToolExecutor {
+    async fn execute(&self, call: &ToolCall) -> Result<ToolResult, ToolError> {
+        self.execute_with_context(call, ToolExecutionContext::none(&call.id))
+            .await
+    }
+
+    async fn execute_with_context(
+        &self,
+        call: &ToolCall,
+        ctx: ToolExecutionContext<'_>,
+    ) -> Result<ToolResult, ToolError> {
+        let name = call.function.name.trim();
+        if !self.owns_exact_tool(name) {
+            return Err(ToolError::NotFound(name.to_owned()));
+        }
+        let args = parse_arguments(call, &ctx)?;
+        match name {
+            "Bash" => self.bash(args, &ctx).await,
+            "Read" => self.read(args).await,
+            "Write" => self.write(args).await,
+            "Glob" => self.glob(args).await,
+            "Grep" => self.grep(args).await,
+            "GetFileInfo" => self.file_info(args).await,
+            other => Err(ToolError::NotFound(other.to_owned())),
+        }
+    }
+
+    fn list_tools(&self) -> Vec<ToolSchema> {
+        vec![
+            schema(
+                "Bash",
+                "Execute shell commands on the remote host with streaming output. Runs synchronously \
+                 in the workspace (background and interactive mode are not available). Default \
+                 timeout is 120000ms (max 600000ms); captured stdout/stderr are each capped at 512KB.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "command": { "type": "string", "description": "The command to execute" },
+                        "timeout": { "type": "number", "description": "Optional timeout in milliseconds (default 120000, max 600000)" },
+                        "description": { "type": "string", "description": "Optional short context label for the command" },
+                        "run_in_background": { "type": "boolean", "description": "Not available over SSH: omit it or set it to false." },
+                        "interactive": { "type": "boolean", "description": "Not available over SSH: omit it or set it to false." },
+                        "workdir": { "type": "string", "description": "Optional working directory. Relative paths are resolved from the session workspace." }
+                    },
+                    "required": ["command"],
+                    "additionalProperties": false
+                }),
+            ),
+            schema(
+                "Read",
+                "Read a file or directory on the remote host with line-numbered output (supports offset/limit). Binary files are omitted.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "file_path": { "type": "string", "description": "The absolute path to the file or directory to read" },
+                        "offset": { "type": "number", "description": "The line offset to start reading from. Omit when you want the full file or directory listing." },
+                        "limit": { "type": "number", "description": "The maximum number of lines or directory entries to read. Omit for the full result when safe." }
+                    },
+                    "required": ["file_path"],
+                    "additionalProperties": false
+                }),
+            ),
+            schema(
+                "Write",
+                "Write a file on the remote host (create or replace full content, atomically).",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "file_path": { "type": "string", "description": "The absolute path to the file to write" },
+                        "content": { "type": "string", "description": "The content to write to the file" }
+                    },
+                    "required": ["file_path", "content"],
+                    "additionalProperties": false
+                }),
+            ),
+            schema(
+                "Glob",
+                "Fast file pattern matching on the remote host, newest first. Ignore rules are not applied.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "pattern": { "type": "string", "description": "The glob pattern to match files against (for example **/*.rs or src/**/*.ts)" },
+                        "path": { "type": "string", "description": "The directory to search in. Omit to use the current workspace root." },
+                        "limit": { "type": "number", "description": "Maximum number of returned matches (default 100, hard cap 200). Use a smaller limit for broad searches." },
+                        "include_ignored": { "type": "boolean", "default": false, "description": "Include gitignored files. Requires an explicit path; scan/result limits and fixed directory exclusions still apply." }
+                    },
+                    "required": ["pattern"],
+                    "additionalProperties": false
+                }),
+            ),
+            schema(
+                "Grep",
+                "Search file contents on the remote host using ripgrep-style regex parameters. Ignore rules are not applied; the type filter is not supported.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "pattern": { "type": "string", "description": "Regex pattern" },
+                        "path": { "type": "string", "description": "File or directory to search. An explicit file bypasses ignore rules. Narrow this for expensive or multiline searches." },
+                        "glob": { "type": "string", "description": "Glob file filter used to limit candidate files" },
+                        "output_mode": {
+                            "type": "string",
+                            "enum": ["content", "files_with_matches", "count"],
+                            "description": "Output mode. Prefer files_with_matches for broad discovery, then refine with Read or content mode."
+                        },
+                        "-B": { "type": "number", "description": "Lines before match" },
+                        "-A": { "type": "number", "description": "Lines after match" },
+                        "-C": { "type": "number", "description": "Lines before and after match" },
+                        "-n": { "type": "boolean", "description": "Show line numbers" },
+                        "-i": { "type": "boolean", "description": "Case insensitive" },
+                        "type": { "type": "string", "description": "File type filter (for example rust, js, ts, py)" },
+                        "head_limit": { "type": "number", "description": "Limit output entries. Keep this small for broad queries." },
+                        "multiline": { "type": "boolean", "description": "Enable multiline regex. Requires a narrowed path." },
+                        "include_ignored": { "type": "boolean", "default": false, "description": "Include gitignored files. Requires an explicit path; scan/result limits and fixed directory exclusions still apply." }
+                    },
+                    "required": ["pattern"],
+                    "additionalProperties": false
+                }),
+            ),
+            schema(
+                "GetFileInfo",
+                "Get file metadata such as type, size, modification time, and existence without loading file contents.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "path": { "type": "string", "description": "Absolute or relative path" }
+                    },
+                    "required": ["path"],
+                    "additionalProperties": false
+                }),
+            ),
+        ]
+    }
+
+    fn owns_exact_tool(&self, tool_name: &str) -> bool {
+        matches!(
+            tool_name,
+            "Bash" | "Read" | "Write" | "Glob" | "Grep" | "GetFileInfo"
+        )
+    }
+
+    fn tool_mutability(&self, tool_name: &str) -> ToolMutability {
+        if READ_ONLY.contains(&tool_name) {
+            ToolMutability::ReadOnly
+        } else {
+            ToolMutability::Mutating
+        }
+    }
+
+    fn call_mutability(&self, call: &ToolCall) -> ToolMutability {
+        self.tool_mutability(call.function.name.trim())
+    }
+
+    fn tool_concurrency_safe(&self, tool_name: &str) -> bool {
+        READ_ONLY.contains(&tool_name)
+    }
+
+    fn call_concurrency_safe(&self, call: &ToolCall) -> bool {
+        self.tool_concurrency_safe(call.function.name.trim())
+    }
+}
