@@ -50,7 +50,8 @@
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 // Each module imports only from the modules before it on this line (`.ci/check-layers.py`):
-// Layers, bottom up: error < config < ssh < pool < command < executor < files < builder < fleet < swiftide
+// Layers, bottom up: error < config < ssh < pool < command < executor < files < builder < fleet < swiftide < adapters
+pub mod adapters;
 mod builder;
 mod command;
 mod config;

@@ -392,6 +392,17 @@ impl SftpChannel {
         Ok(self.raw.lstat(path).await?.attrs)
     }
 
+    /// The server's `realpath` of `path` (OpenSSH: symlinks resolved, `.` and `..` removed;
+    /// a missing last component is allowed).
+    pub(crate) async fn real_path(&self, path: &str) -> Result<String, SftpError> {
+        let name = self.raw.realpath(path).await?;
+        name.files
+            .into_iter()
+            .next()
+            .map(|file| file.filename)
+            .ok_or(SftpError::UnexpectedPacket)
+    }
+
     pub(crate) async fn read_link(&self, path: &str) -> Result<String, SftpError> {
         let name = self.raw.readlink(path).await?;
         name.files
