@@ -1,9 +1,12 @@
 //! Adapters that plug the executor into other agent frameworks, each behind an
-//! off-by-default cargo feature. See the README for what each one maps.
+//! off-by-default cargo feature: agent-sdk's `Environment`, bamboo's `ToolExecutor`, and an MCP
+//! server for any MCP client. See the README for what each one maps.
 
 #[cfg(feature = "agent-sdk")]
 pub mod agent_sdk;
 #[cfg(feature = "bamboo")]
 pub mod bamboo;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 #[cfg(any(feature = "agent-sdk", feature = "bamboo"))]
 mod search;

@@ -334,6 +334,34 @@ impl SshExecutor {
         .await
     }
 
+    /// The canonical absolute form of `path` as the server resolves it (SFTP `realpath`):
+    /// every symlink followed, `.` and `..` removed. A relative `path` resolves against the
+    /// workdir, or the login directory without one. OpenSSH also resolves a path whose last
+    /// component does not exist; other servers may refuse it.
+    ///
+    /// # Errors
+    /// [`Error::Sftp`] (status `NoSuchFile` when a component is missing),
+    /// [`Error::SftpUnavailable`] on a server without SFTP, [`Error::InvalidInput`] for a
+    /// path that is not valid UTF-8, or a connection error.
+    #[tracing::instrument(
+        level = "debug",
+        skip(self),
+        fields(host = %self.inner.config.host),
+        err(level = "debug")
+    )]
+    pub async fn canonicalize(&self, path: &Path) -> Result<PathBuf> {
+        let path = self.resolve_path(path, None);
+        let text = sftp_path(&path)?;
+        self.with_sftp(Retry::Idempotent, |channel| async move {
+            channel
+                .real_path(text)
+                .await
+                .map(PathBuf::from)
+                .map_err(|e| self.sftp_error("realpath", text, e))
+        })
+        .await
+    }
+
     /// Whether `path` exists (following symlinks: a dangling link does not exist).
     ///
     /// # Errors
@@ -474,32 +502,6 @@ impl SshExecutor {
                 .rmdir(text)
                 .await
                 .map_err(|e| self.sftp_error("rmdir", text, e))
-        })
-        .await
-    }
-
-    /// The canonical form of `path` on the server (SFTP `realpath`): absolute, with every
-    /// symlink resolved. A relative `path` resolves against the workdir.
-    ///
-    /// # Errors
-    /// [`Error::Sftp`] with status `NoSuchFile` when the path (or a symlink's target) does
-    /// not exist, [`Error::InvalidInput`] for a path that is not valid UTF-8, or a
-    /// connection error.
-    #[tracing::instrument(
-        level = "debug",
-        skip(self),
-        fields(host = %self.inner.config.host),
-        err(level = "debug")
-    )]
-    pub async fn canonicalize(&self, path: &Path) -> Result<PathBuf> {
-        let path = self.resolve_path(path, None);
-        let text = sftp_path(&path)?;
-        self.with_sftp(Retry::Idempotent, |channel| async move {
-            channel
-                .realpath(text)
-                .await
-                .map(PathBuf::from)
-                .map_err(|e| self.sftp_error("realpath", text, e))
         })
         .await
     }

@@ -395,6 +395,17 @@ impl SftpChannel {
         Ok(self.raw.lstat(path).await?.attrs)
     }
 
+    /// The server's `realpath` of `path` (OpenSSH: symlinks resolved, `.` and `..` removed;
+    /// a missing last component is allowed).
+    pub(crate) async fn real_path(&self, path: &str) -> Result<String, SftpError> {
+        let name = self.raw.realpath(path).await?;
+        name.files
+            .into_iter()
+            .next()
+            .map(|file| file.filename)
+            .ok_or(SftpError::UnexpectedPacket)
+    }
+
     pub(crate) async fn read_link(&self, path: &str) -> Result<String, SftpError> {
         let name = self.raw.readlink(path).await?;
         name.files
@@ -530,17 +541,6 @@ impl SftpChannel {
 
     pub(crate) async fn rmdir(&self, path: &str) -> Result<(), SftpError> {
         self.raw.rmdir(path).await.map(drop)
-    }
-
-    /// The server's `realpath` of `path`: absolute, symlinks resolved (OpenSSH uses
-    /// realpath(3), so the path must exist).
-    pub(crate) async fn realpath(&self, path: &str) -> Result<String, SftpError> {
-        let name = self.raw.realpath(path).await?;
-        name.files
-            .into_iter()
-            .next()
-            .map(|file| file.filename)
-            .ok_or(SftpError::UnexpectedPacket)
     }
 }
 

@@ -5,7 +5,8 @@
 //!     [--dropbear] [--no-sftp] [--shell bash|dash|zsh|mksh|ash|fish|tcsh|/path] ['sshd_config line' ...]
 //! ```
 //!
-//! Prints the testbed's directory and a ready-to-use `ssh` command line, then waits
+//! Prints the testbed's directory, a ready-to-use `ssh` command line and the matching
+//! `swiftide-ssh-mcp` flags (the MCP server of the main crate's `mcp` feature), then waits
 //! `TESTBED_SECS` seconds (default 600) or until interrupted.
 
 use std::time::Duration;
@@ -41,6 +42,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect();
     println!("dir {}", testbed.dir().display());
     println!("ssh {}", ssh.join(" "));
+    println!(
+        "mcp --host {} --port {} --user {} --identity {} --known-hosts {}",
+        testbed.host(),
+        testbed.port(),
+        testbed.user(),
+        testbed.private_key_path().display(),
+        testbed.known_hosts_path().display()
+    );
     if let Some(namespace) = testbed.network_namespace() {
         // To cut the host off by hand, set the link inside the namespace (swtb<n>p) down.
         println!("netns {namespace}");

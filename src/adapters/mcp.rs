@@ -1,0 +1,1275 @@
+//! An MCP server over the executor (cargo feature `mcp`): the logic behind the
+//! `swiftide-ssh-mcp` binary, which only parses its arguments with [`Cli::parse`] and calls
+//! [`serve_stdio`].
+//!
+//! [`SshMcpServer`] is an [`rmcp`] `ServerHandler` with seven tools: `run_command`,
+//! `read_file`, `write_file`, `list_directory`, `glob`, `grep` and `file_info`.
+//!
+//! * **Streaming:** `run_command` sends each batch of output as a `notifications/progress`
+//!   message (progress = bytes so far, message = the text) when the request carried a
+//!   progress token.
+//! * **Cancellation:** a `notifications/cancelled` for a running tool call drops the
+//!   executor's future, which kills the remote process group (SIGTERM, then SIGKILL after the
+//!   grace period). So does the client going away (stdin closed).
+//! * **Root:** with [`Cli::root`] every file tool (and `run_command`'s working directory)
+//!   resolves its path with the server's `realpath` (SFTP) before each access, and refuses a
+//!   path that resolves outside the root. Commands themselves are not confined: a shell
+//!   command can touch anything the account can.
+//! * **Errors:** arguments that do not match a tool's schema are JSON-RPC `invalid params`
+//!   errors (rmcp's convention); everything else that goes wrong (a nonzero exit, a path
+//!   outside the root, a missing file, an unreachable host) is a tool result with
+//!   `isError: true` and a message saying what happened. The server never exits because of
+//!   a tool call.
+//!
+//! File contents and command texts are never logged.
+
+use std::{
+    ffi::OsString,
+    path::{Component, Path, PathBuf},
+    time::{Duration, UNIX_EPOCH},
+};
+
+use data_encoding::BASE64;
+use rmcp::{
+    ErrorData, RoleServer, ServerHandler, ServiceExt,
+    handler::server::{router::tool::ToolRouter, wrapper::Parameters},
+    model::{
+        CallToolResult, ContentBlock, Implementation, ProgressNotificationParam,
+        ServerCapabilities, ServerConfig,
+    },
+    service::RequestContext,
+    tool, tool_handler, tool_router,
+};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+use tokio::sync::Notify;
+
+use crate::{
+    Error, ExecOptions, Execution, ExitStatus, FileMetadata, OutputChunk, SftpStatus, SshExecutor,
+    SshExecutorBuilder, command::quote,
+};
+
+/// Files larger than this are refused by `read_file` (an MCP message carries them whole).
+pub const MAX_READ_BYTES: u64 = 10 * 1024 * 1024;
+/// Output `glob` and `grep` collect from their remote `find`/`grep` before giving up.
+const MAX_SEARCH_OUTPUT: usize = 32 * 1024 * 1024;
+/// Timeout of the remote `find`/`grep` behind `glob` and `grep`.
+const SEARCH_TIMEOUT: Duration = Duration::from_secs(120);
+/// Symlink resolution gives up after this many missing trailing components.
+const MAX_MISSING_COMPONENTS: usize = 64;
+
+/// What the server needs besides the executor.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct ServerOptions {
+    /// Confine the file tools (and `run_command`'s working directory) to this remote
+    /// directory.
+    pub root: Option<PathBuf>,
+}
+
+impl ServerOptions {
+    /// Sets [`root`](Self::root).
+    #[must_use]
+    pub fn root(mut self, root: impl Into<PathBuf>) -> Self {
+        self.root = Some(root.into());
+        self
+    }
+}
+
+/// The MCP server: the executor's commands and files as MCP tools. Serve it with rmcp
+/// (`server.serve(transport)`), or over stdio with [`serve_stdio`].
+#[derive(Debug, Clone)]
+pub struct SshMcpServer {
+    executor: SshExecutor,
+    root: Option<PathBuf>,
+    tool_router: ToolRouter<Self>,
+}
+
+/// Arguments of `run_command`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunCommandArgs {
+    /// The shell command, run with `sh -c` on the remote host (a text starting with `#!` runs
+    /// as a script with that interpreter). Stdin is empty; there is no terminal.
+    pub command: String,
+    /// Timeout in seconds; the remote process group is killed when it expires. Defaults to
+    /// the server's `--timeout`.
+    #[serde(default)]
+    pub timeout_secs: Option<f64>,
+    /// Directory to run in: absolute, or relative to the server's working directory.
+    #[serde(default)]
+    pub working_directory: Option<String>,
+}
+
+/// How file content travels in `read_file` and `write_file`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Encoding {
+    /// UTF-8 text (the default); `read_file` refuses a file that is not valid UTF-8.
+    #[default]
+    Utf8,
+    /// Standard base64 (RFC 4648, with padding), for binary files.
+    Base64,
+}
+
+/// Arguments of `read_file`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadFileArgs {
+    /// The file: absolute, or relative to the server's working directory.
+    pub path: String,
+    /// `utf8` (default) or `base64`.
+    #[serde(default)]
+    pub encoding: Encoding,
+}
+
+/// Arguments of `write_file`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WriteFileArgs {
+    /// The file: absolute, or relative to the server's working directory. Missing parent
+    /// directories are created; an existing file is replaced atomically, keeping its mode.
+    pub path: String,
+    /// The new content, encoded as `encoding` says.
+    pub content: String,
+    /// `utf8` (default) or `base64`.
+    #[serde(default)]
+    pub encoding: Encoding,
+}
+
+/// Arguments of `list_directory` and `file_info`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PathArgs {
+    /// The path: absolute, or relative to the server's working directory.
+    pub path: String,
+}
+
+/// Arguments of `list_directory`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListDirectoryArgs {
+    /// The directory: absolute, or relative to the server's working directory. Defaults to
+    /// the working directory.
+    #[serde(default)]
+    pub path: Option<String>,
+}
+
+/// Arguments of `glob`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GlobArgs {
+    /// A glob relative to `path`: `*` and `?` stay within one path component, `**` spans
+    /// directories, `[abc]` and `[!abc]` are classes (e.g. `src/**/*.rs`).
+    pub pattern: String,
+    /// The directory to search. Defaults to the working directory.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// At most this many paths (default 1000).
+    #[serde(default)]
+    pub max_results: Option<u32>,
+}
+
+/// Arguments of `grep`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GrepArgs {
+    /// An extended regular expression (POSIX ERE, as `grep -E`), or a literal string with
+    /// `fixed_strings`.
+    pub pattern: String,
+    /// The file or directory to search (directories recursively, binary files skipped).
+    /// Defaults to the working directory.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Only search files whose name matches this glob (e.g. `*.rs`).
+    #[serde(default)]
+    pub include: Option<String>,
+    /// Match case-insensitively.
+    #[serde(default)]
+    pub case_insensitive: bool,
+    /// Treat `pattern` as a literal string.
+    #[serde(default)]
+    pub fixed_strings: bool,
+    /// At most this many matching lines (default 200); the search stops there.
+    #[serde(default)]
+    pub max_results: Option<u32>,
+}
+
+/// A tool failure: the message the client sees in an `isError` result.
+type ToolResult<T> = std::result::Result<T, String>;
+
+fn tool_error(message: impl Into<String>) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(message.into())])
+}
+
+fn text_result(text: impl Into<String>) -> CallToolResult {
+    CallToolResult::success(vec![ContentBlock::text(text.into())])
+}
+
+fn into_result(result: ToolResult<CallToolResult>) -> Result<CallToolResult, ErrorData> {
+    Ok(result.unwrap_or_else(tool_error))
+}
+
+/// An error with its causes, `: `-separated (a cause already in the message is skipped).
+fn describe(error: &Error) -> String {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+fn quoted(path: &Path) -> ToolResult<String> {
+    let text = path
+        .to_str()
+        .ok_or_else(|| format!("path {} is not valid UTF-8", path.display()))?;
+    Ok(String::from_utf8_lossy(&quote(text.as_bytes())).into_owned())
+}
+
+/// Splits a stream's bytes into text without breaking a UTF-8 sequence across chunks.
+#[derive(Default)]
+struct Utf8Carry {
+    pending: Vec<u8>,
+}
+
+impl Utf8Carry {
+    fn push(&mut self, bytes: &[u8], out: &mut String) {
+        self.pending.extend_from_slice(bytes);
+        let valid = match std::str::from_utf8(&self.pending) {
+            Ok(_) => self.pending.len(),
+            // An incomplete sequence at the end waits for the next chunk.
+            Err(e) if e.error_len().is_none() => e.valid_up_to(),
+            Err(_) => self.pending.len(),
+        };
+        out.push_str(&String::from_utf8_lossy(&self.pending[..valid]));
+        self.pending.drain(..valid);
+    }
+}
+
+/// What a remote helper command (`find`, `grep`) produced.
+struct Captured {
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    /// `None` when the server stopped it early (enough output).
+    status: Option<ExitStatus>,
+}
+
+enum Outcome<T> {
+    Done(T),
+    Stopped,
+    Cancelled,
+}
+
+impl SshMcpServer {
+    /// A server over `executor`. Nothing is sent to the host until the first tool call, so a
+    /// host that is down makes each call fail with a tool error rather than the server.
+    pub fn new(executor: SshExecutor, options: ServerOptions) -> Self {
+        Self {
+            executor,
+            root: options.root,
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    /// The executor the tools use.
+    pub fn executor(&self) -> &SshExecutor {
+        &self.executor
+    }
+
+    /// The remote path a file tool accesses for `path`: relative paths join the workdir;
+    /// with a root, the result of the server's `realpath` (following every symlink, allowing
+    /// missing trailing components), refused when it is outside the root's own `realpath`.
+    async fn resolve(&self, path: &str) -> ToolResult<PathBuf> {
+        if path.is_empty() {
+            return Err("`path` is empty".to_owned());
+        }
+        let lexical = self.executor.resolve_path(Path::new(path), None);
+        let Some(root) = &self.root else {
+            return Ok(lexical);
+        };
+        let root_real = self.executor.canonicalize(root).await.map_err(|e| {
+            format!(
+                "cannot resolve the root {}: {}",
+                root.display(),
+                describe(&e)
+            )
+        })?;
+        let real = self.real_path(&lexical).await?;
+        if real.starts_with(&root_real) {
+            Ok(real)
+        } else {
+            Err(format!(
+                "path `{path}` resolves to {}, which is outside the root {}; the file tools \
+                 only access paths under the root",
+                real.display(),
+                root_real.display()
+            ))
+        }
+    }
+
+    /// `realpath` that tolerates missing trailing components (a file about to be written):
+    /// the deepest existing ancestor is resolved and the missing names appended.
+    async fn real_path(&self, path: &Path) -> ToolResult<PathBuf> {
+        let mut missing: Vec<OsString> = Vec::new();
+        let mut current = path.to_path_buf();
+        loop {
+            match self.executor.canonicalize(&current).await {
+                Ok(mut real) => {
+                    for name in missing.iter().rev() {
+                        real.push(name);
+                    }
+                    return Ok(real);
+                }
+                Err(Error::Sftp {
+                    status: Some(SftpStatus::NoSuchFile),
+                    ..
+                }) if missing.len() < MAX_MISSING_COMPONENTS => {
+                    let Some(Component::Normal(name)) = current.components().next_back() else {
+                        return Err(format!(
+                            "cannot resolve {}: no such directory",
+                            path.display()
+                        ));
+                    };
+                    missing.push(name.to_owned());
+                    current.pop();
+                    if current.as_os_str().is_empty() {
+                        current.push(".");
+                    }
+                }
+                Err(error) => {
+                    return Err(format!(
+                        "cannot resolve {}: {}",
+                        path.display(),
+                        describe(&error)
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Runs one of the server's own helper commands, collecting output up to `max_bytes`
+    /// or `max_lines` of stdout, then stopping it (dropping the future kills its group).
+    async fn capture(
+        &self,
+        command: &str,
+        max_lines: Option<usize>,
+        cancel: &RequestContext<RoleServer>,
+    ) -> ToolResult<Captured> {
+        let mut stdout = Vec::new();
+        let mut stderr = Vec::new();
+        let stop = Notify::new();
+        let outcome = {
+            let mut lines = 0usize;
+            let mut sink = |chunk: &OutputChunk| match chunk {
+                OutputChunk::Stdout(bytes) => {
+                    stdout.extend_from_slice(bytes);
+                    lines += bytes.iter().filter(|&&b| b == b'\n').count();
+                    if stdout.len() > MAX_SEARCH_OUTPUT || max_lines.is_some_and(|max| lines > max)
+                    {
+                        stop.notify_one();
+                    }
+                }
+                OutputChunk::Stderr(bytes) => {
+                    if stderr.len() < 64 * 1024 {
+                        stderr.extend_from_slice(bytes);
+                    }
+                }
+            };
+            let options = ExecOptions::default().timeout(SEARCH_TIMEOUT);
+            let run = self.executor.execute(command, options, &mut sink);
+            tokio::select! {
+                result = run => Outcome::Done(result),
+                () = stop.notified() => Outcome::Stopped,
+                () = cancel.ct.cancelled() => Outcome::Cancelled,
+            }
+        };
+        match outcome {
+            Outcome::Done(Ok(execution)) => Ok(Captured {
+                stdout,
+                stderr,
+                status: Some(execution.status),
+            }),
+            Outcome::Done(Err(error)) => Err(describe(&error)),
+            Outcome::Stopped => Ok(Captured {
+                stdout,
+                stderr,
+                status: None,
+            }),
+            Outcome::Cancelled => Err("cancelled by the client".to_owned()),
+        }
+    }
+}
+
+/// The text and structured result of a finished command.
+fn execution_result(execution: &Execution) -> CallToolResult {
+    let stdout = execution.stdout_lossy();
+    let stderr = String::from_utf8_lossy(&execution.stderr()).into_owned();
+    let mut text = stdout;
+    if !stderr.is_empty() {
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str("[stderr]\n");
+        text.push_str(&stderr);
+    }
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    if execution.omitted_bytes > 0 {
+        text.push_str(&format!(
+            "[{} bytes of output omitted from the middle]\n",
+            execution.omitted_bytes
+        ));
+    }
+    let (exit_code, signal, timed_out) = match &execution.status {
+        ExitStatus::Code(code) => {
+            text.push_str(&format!("[exit code {code}]"));
+            (Some(*code), None, false)
+        }
+        ExitStatus::Signal { name, .. } => {
+            text.push_str(&format!("[killed by signal {name}]"));
+            (None, Some(name.clone()), false)
+        }
+        ExitStatus::TimedOut { timeout, .. } => {
+            text.push_str(&format!(
+                "[timed out after {:.1} s; the process group was killed]",
+                timeout.as_secs_f64()
+            ));
+            (None, None, true)
+        }
+        _ => {
+            text.push_str("[ended without an exit status]");
+            (None, None, false)
+        }
+    };
+    let mut result = if execution.success() {
+        text_result(text)
+    } else {
+        tool_error(text)
+    };
+    result.structured_content = Some(json!({
+        "exit_code": exit_code,
+        "signal": signal,
+        "timed_out": timed_out,
+        "duration_ms": u64::try_from(execution.duration.as_millis()).unwrap_or(u64::MAX),
+        "omitted_bytes": execution.omitted_bytes,
+    }));
+    result
+}
+
+fn metadata_json(
+    path: &Path,
+    metadata: &FileMetadata,
+    link: Option<&FileMetadata>,
+) -> serde_json::Value {
+    let modified = metadata
+        .modified
+        .and_then(|time| time.duration_since(UNIX_EPOCH).ok())
+        .map(|since| since.as_secs());
+    json!({
+        "path": path.to_string_lossy(),
+        "type": metadata.file_type.to_string(),
+        "size": metadata.size,
+        "permissions": format!("{:04o}", metadata.permissions),
+        "modified_unix": modified,
+        "uid": metadata.uid,
+        "gid": metadata.gid,
+        "is_symlink": link.is_some_and(FileMetadata::is_symlink),
+    })
+}
+
+#[tool_router]
+impl SshMcpServer {
+    #[tool(
+        description = "Run a shell command on the remote host (sh -c, no stdin, no terminal) and \
+        return its stdout, stderr and exit status. Output is streamed as progress notifications \
+        when the request has a progress token. Cancelling the request kills the command's whole \
+        process group. A nonzero exit is reported as an error result with the output."
+    )]
+    async fn run_command(
+        &self,
+        Parameters(args): Parameters<RunCommandArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        into_result(self.run_command_inner(args, &context).await)
+    }
+
+    #[tool(
+        description = "Read a whole file on the remote host (up to 10 MiB). Text by default; pass \
+        encoding \"base64\" for binary files."
+    )]
+    async fn read_file(
+        &self,
+        Parameters(args): Parameters<ReadFileArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        into_result(self.read_file_inner(args).await)
+    }
+
+    #[tool(
+        description = "Write a whole file on the remote host, replacing it atomically (mode kept) \
+        and creating missing parent directories. Content is text by default; pass encoding \
+        \"base64\" for binary content."
+    )]
+    async fn write_file(
+        &self,
+        Parameters(args): Parameters<WriteFileArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        into_result(self.write_file_inner(args).await)
+    }
+
+    #[tool(
+        description = "List a directory on the remote host: one entry per line with its type \
+        (file, dir, symlink, other), permissions, size in bytes and name (directories end in /)."
+    )]
+    async fn list_directory(
+        &self,
+        Parameters(args): Parameters<ListDirectoryArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        into_result(self.list_directory_inner(args).await)
+    }
+
+    #[tool(
+        description = "Find files and directories on the remote host whose path relative to \
+        `path` matches a glob (`*`, `?`, `[...]` within a component, `**` across directories). \
+        Returns matching relative paths, sorted, one per line. `.git` directories are skipped."
+    )]
+    async fn glob(
+        &self,
+        Parameters(args): Parameters<GlobArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        into_result(self.glob_inner(args, &context).await)
+    }
+
+    #[tool(
+        description = "Search file contents on the remote host with grep (extended regular \
+        expressions, recursive, binary files and .git skipped). Returns `path:line:text` lines."
+    )]
+    async fn grep(
+        &self,
+        Parameters(args): Parameters<GrepArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        into_result(self.grep_inner(args, &context).await)
+    }
+
+    #[tool(
+        description = "Metadata of a path on the remote host as JSON: type, size, permissions \
+        (octal), modification time (Unix seconds), owner ids, and whether it is a symlink."
+    )]
+    async fn file_info(
+        &self,
+        Parameters(args): Parameters<PathArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        into_result(self.file_info_inner(args).await)
+    }
+}
+
+impl SshMcpServer {
+    async fn run_command_inner(
+        &self,
+        args: RunCommandArgs,
+        context: &RequestContext<RoleServer>,
+    ) -> ToolResult<CallToolResult> {
+        if args.command.trim().is_empty() {
+            return Err("`command` is empty".to_owned());
+        }
+        let mut options = ExecOptions::default();
+        if let Some(secs) = args.timeout_secs {
+            if !(secs.is_finite() && secs > 0.0 && secs <= 7.0 * 86_400.0) {
+                return Err(format!(
+                    "`timeout_secs` must be a number of seconds above 0 and at most 604800, not {secs}"
+                ));
+            }
+            options = options.timeout(Duration::from_secs_f64(secs));
+        }
+        if let Some(dir) = &args.working_directory {
+            options = options.current_dir(self.resolve(dir).await?);
+        }
+        let token = context.meta.get_progress_token();
+        let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel::<OutputChunk>();
+        let executor = self.executor.clone();
+        let command = args.command;
+        let streams = token.is_some();
+        let run = async move {
+            let mut sink = |chunk: &OutputChunk| {
+                if streams {
+                    let _ = sender.send(chunk.clone());
+                }
+            };
+            executor.execute(&command, options, &mut sink).await
+            // `sender` drops here, which ends the forwarding below.
+        };
+        let forward = async {
+            let Some(token) = token else { return };
+            let (mut out, mut err) = (Utf8Carry::default(), Utf8Carry::default());
+            let mut total = 0u64;
+            while let Some(first) = receiver.recv().await {
+                // Everything already queued goes out as one notification.
+                let mut text = String::new();
+                let mut next = Some(first);
+                while let Some(chunk) = next {
+                    total += chunk.bytes().len() as u64;
+                    match &chunk {
+                        OutputChunk::Stdout(bytes) => out.push(bytes, &mut text),
+                        OutputChunk::Stderr(bytes) => err.push(bytes, &mut text),
+                    }
+                    next = receiver.try_recv().ok();
+                }
+                let progress =
+                    ProgressNotificationParam::new(token.clone(), total as f64).with_message(text);
+                if context.peer.notify_progress(progress).await.is_err() {
+                    tracing::debug!("could not send a progress notification");
+                }
+            }
+        };
+        let finished = async {
+            let (result, ()) = tokio::join!(run, forward);
+            result
+        };
+        tokio::select! {
+            result = finished => match result {
+                Ok(execution) => Ok(execution_result(&execution)),
+                Err(error) => Err(describe(&error)),
+            },
+            // Dropping `finished` drops the executor's future: the remote group is killed.
+            () = context.ct.cancelled() => Err("cancelled by the client; the command's process group was killed".to_owned()),
+        }
+    }
+
+    async fn read_file_inner(&self, args: ReadFileArgs) -> ToolResult<CallToolResult> {
+        let path = self.resolve(&args.path).await?;
+        match self.executor.metadata(&path).await {
+            Ok(metadata) if metadata.is_dir() => {
+                return Err(format!(
+                    "{} is a directory; use list_directory",
+                    path.display()
+                ));
+            }
+            Ok(metadata) if metadata.size > MAX_READ_BYTES => {
+                return Err(format!(
+                    "{} is {} bytes, over read_file's limit of {MAX_READ_BYTES}; read parts of it \
+                     with run_command (e.g. `head -c`, `sed -n`)",
+                    path.display(),
+                    metadata.size
+                ));
+            }
+            // Without SFTP metadata fails; the read itself has a fallback and its own errors.
+            _ => {}
+        }
+        let bytes = self
+            .executor
+            .read_file_bytes(&path)
+            .await
+            .map_err(|e| describe(&e))?;
+        match args.encoding {
+            Encoding::Base64 => Ok(text_result(BASE64.encode(&bytes))),
+            Encoding::Utf8 => String::from_utf8(bytes).map(text_result).map_err(|e| {
+                format!(
+                    "{} is not valid UTF-8 text (invalid byte at offset {}); read it with \
+                     encoding \"base64\"",
+                    path.display(),
+                    e.utf8_error().valid_up_to()
+                )
+            }),
+        }
+    }
+
+    async fn write_file_inner(&self, args: WriteFileArgs) -> ToolResult<CallToolResult> {
+        let content = match args.encoding {
+            Encoding::Utf8 => args.content.into_bytes(),
+            Encoding::Base64 => BASE64
+                .decode(args.content.trim().as_bytes())
+                .map_err(|e| format!("`content` is not valid base64: {e}"))?,
+        };
+        let path = self.resolve(&args.path).await?;
+        self.executor
+            .write_file_bytes(&path, &content)
+            .await
+            .map_err(|e| describe(&e))?;
+        Ok(text_result(format!(
+            "wrote {} bytes to {}",
+            content.len(),
+            path.display()
+        )))
+    }
+
+    async fn list_directory_inner(&self, args: ListDirectoryArgs) -> ToolResult<CallToolResult> {
+        let path = self.resolve(args.path.as_deref().unwrap_or(".")).await?;
+        let entries = self
+            .executor
+            .list_dir(&path)
+            .await
+            .map_err(|e| describe(&e))?;
+        let mut text = format!("{} ({} entries)\n", path.display(), entries.len());
+        for entry in &entries {
+            let metadata = &entry.metadata;
+            let suffix = if metadata.is_dir() { "/" } else { "" };
+            text.push_str(&format!(
+                "{:<7} {:04o} {:>12} {}{suffix}\n",
+                metadata.file_type.to_string(),
+                metadata.permissions,
+                metadata.size,
+                entry.name
+            ));
+        }
+        Ok(text_result(text))
+    }
+
+    async fn glob_inner(
+        &self,
+        args: GlobArgs,
+        context: &RequestContext<RoleServer>,
+    ) -> ToolResult<CallToolResult> {
+        if args.pattern.is_empty() || args.pattern.starts_with('/') {
+            return Err(
+                "`pattern` must be a non-empty glob relative to `path` (pass the directory as \
+                 `path`)"
+                    .to_owned(),
+            );
+        }
+        let pattern = glob::Pattern::new(&args.pattern)
+            .map_err(|e| format!("`pattern` is not a valid glob: {e}"))?;
+        let max = args.max_results.unwrap_or(1000).max(1) as usize;
+        let base = self.resolve(args.path.as_deref().unwrap_or(".")).await?;
+        let command = format!(
+            "cd -- {} && find . -mindepth 1 -name .git -prune -o -print0",
+            quoted(&base)?
+        );
+        let captured = self.capture(&command, None, context).await?;
+        match &captured.status {
+            None => {
+                return Err(format!(
+                    "{} holds too many files to list (over {MAX_SEARCH_OUTPUT} bytes of names); \
+                     pass a narrower `path`",
+                    base.display()
+                ));
+            }
+            Some(ExitStatus::Code(0)) => {}
+            Some(_) if captured.stdout.is_empty() => {
+                return Err(format!(
+                    "cannot search {}: {}",
+                    base.display(),
+                    String::from_utf8_lossy(&captured.stderr).trim()
+                ));
+            }
+            // Unreadable subdirectories: keep what was found.
+            Some(_) => {}
+        }
+        let options = glob::MatchOptions {
+            case_sensitive: true,
+            require_literal_separator: true,
+            require_literal_leading_dot: false,
+        };
+        let mut matches: Vec<String> = captured
+            .stdout
+            .split(|&b| b == 0)
+            .filter_map(|name| {
+                let name = String::from_utf8_lossy(name);
+                let relative = name.strip_prefix("./")?.to_owned();
+                pattern.matches_with(&relative, options).then_some(relative)
+            })
+            .collect();
+        matches.sort();
+        let total = matches.len();
+        matches.truncate(max);
+        let mut text = matches.join("\n");
+        if total == 0 {
+            text = format!("no paths under {} match `{}`", base.display(), args.pattern);
+        } else if total > max {
+            text.push_str(&format!("\n[{} more not shown]", total - max));
+        }
+        Ok(text_result(text))
+    }
+
+    async fn grep_inner(
+        &self,
+        args: GrepArgs,
+        context: &RequestContext<RoleServer>,
+    ) -> ToolResult<CallToolResult> {
+        if args.pattern.is_empty() {
+            return Err("`pattern` is empty".to_owned());
+        }
+        let max = args.max_results.unwrap_or(200).max(1) as usize;
+        let base = self.resolve(args.path.as_deref().unwrap_or(".")).await?;
+        let mut command = String::from("grep -r -n -I --exclude-dir=.git");
+        command.push_str(if args.fixed_strings { " -F" } else { " -E" });
+        if args.case_insensitive {
+            command.push_str(" -i");
+        }
+        if let Some(include) = &args.include {
+            command.push_str(" --include=");
+            command.push_str(&String::from_utf8_lossy(&quote(include.as_bytes())));
+        }
+        command.push_str(" -e ");
+        command.push_str(&String::from_utf8_lossy(&quote(args.pattern.as_bytes())));
+        command.push_str(" -- ");
+        command.push_str(&quoted(&base)?);
+        let captured = self.capture(&command, Some(max), context).await?;
+        let stderr = String::from_utf8_lossy(&captured.stderr).trim().to_owned();
+        match &captured.status {
+            Some(ExitStatus::Code(1)) => {
+                return Ok(text_result(format!(
+                    "no matches for `{}` in {}",
+                    args.pattern,
+                    base.display()
+                )));
+            }
+            Some(ExitStatus::Code(0)) | None => {}
+            Some(_) if captured.stdout.is_empty() => {
+                return Err(format!("grep failed: {stderr}"));
+            }
+            Some(_) => {}
+        }
+        let text = String::from_utf8_lossy(&captured.stdout);
+        let mut lines: Vec<String> = text
+            .lines()
+            .take(max)
+            .map(|line| match line.char_indices().nth(500) {
+                Some((at, _)) => format!("{}…", &line[..at]),
+                None => line.to_owned(),
+            })
+            .collect();
+        if captured.status.is_none() {
+            lines.push(format!("[stopped after {max} matching lines]"));
+        } else if !stderr.is_empty() && !matches!(captured.status, Some(ExitStatus::Code(0))) {
+            lines.push(format!("[grep reported: {stderr}]"));
+        }
+        Ok(text_result(lines.join("\n")))
+    }
+
+    async fn file_info_inner(&self, args: PathArgs) -> ToolResult<CallToolResult> {
+        let path = self.resolve(&args.path).await?;
+        let link = self
+            .executor
+            .symlink_metadata(&path)
+            .await
+            .map_err(|e| describe(&e))?;
+        let metadata = if link.is_symlink() {
+            // A dangling link is described as the link itself.
+            self.executor
+                .metadata(&path)
+                .await
+                .unwrap_or_else(|_| link.clone())
+        } else {
+            link.clone()
+        };
+        Ok(CallToolResult::structured(metadata_json(
+            &path,
+            &metadata,
+            Some(&link),
+        )))
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for SshMcpServer {
+    fn get_info(&self) -> ServerConfig {
+        let mut instructions = format!(
+            "Tools run commands and access files on the remote host {} over SSH. Relative paths \
+             resolve against {}.",
+            self.executor.host(),
+            self.executor.workdir().map_or_else(
+                || "the login directory".to_owned(),
+                |dir| dir.display().to_string()
+            )
+        );
+        if let Some(root) = &self.root {
+            instructions.push_str(&format!(
+                " File tools only access paths under {} (after resolving symlinks).",
+                root.display()
+            ));
+        }
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new(
+                "swiftide-ssh-mcp",
+                env!("CARGO_PKG_VERSION"),
+            ))
+            .with_instructions(instructions)
+    }
+}
+
+/// Serves `server` on this process's stdin and stdout until the client closes stdin. Tool
+/// calls still running then are cancelled (their remote process groups killed).
+///
+/// # Errors
+/// When the MCP handshake fails or the transport breaks.
+pub async fn serve(server: SshMcpServer) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let service = server.serve(rmcp::transport::stdio()).await?;
+    service.waiting().await?;
+    Ok(())
+}
+
+/// Builds the executor from `cli` (without connecting) and serves it on stdio; a first
+/// connection is attempted in the background so that a wrong host key or an unreachable
+/// host shows up in the log at once.
+///
+/// # Errors
+/// Invalid settings, or a failing transport (see [`serve`]).
+pub async fn serve_stdio(cli: &Cli) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let executor = cli.builder()?.build_lazy()?;
+    let options = ServerOptions {
+        root: cli.root.clone(),
+    };
+    let warm = executor.clone();
+    tokio::spawn(async move {
+        match warm.metadata(Path::new("/")).await {
+            Ok(_) => tracing::info!(host = %warm.host(), "connected"),
+            Err(error) => tracing::warn!(
+                host = %warm.host(),
+                "cannot reach the host yet (tool calls will report it): {}",
+                describe(&error)
+            ),
+        }
+    });
+    serve(SshMcpServer::new(executor, options)).await
+}
+
+/// The command line of `swiftide-ssh-mcp`.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct Cli {
+    /// `--host`: the host name or address.
+    pub host: Option<String>,
+    /// `--ssh-config-alias` or the positional argument: a `Host` alias resolved through the
+    /// OpenSSH client configuration.
+    pub alias: Option<String>,
+    /// `--ssh-config`: the configuration file for `alias` (default `~/.ssh/config`).
+    pub ssh_config: Option<PathBuf>,
+    /// `--port`.
+    pub port: Option<u16>,
+    /// `--user`.
+    pub user: Option<String>,
+    /// `--identity` (repeatable): private key files.
+    pub identities: Vec<PathBuf>,
+    /// `--agent`: use the ssh-agent at `$SSH_AUTH_SOCK`.
+    pub agent: bool,
+    /// `--password-env`: the name of an environment variable holding the password.
+    pub password_env: Option<String>,
+    /// `--known-hosts` (repeatable): known_hosts files, checked strictly.
+    pub known_hosts: Vec<PathBuf>,
+    /// `--accept-new-host-keys`: record unknown hosts' keys (refuse changed ones).
+    pub accept_new_host_keys: bool,
+    /// `--insecure-accept-any-host-key`: no host-key verification at all.
+    pub insecure_accept_any_host_key: bool,
+    /// `--workdir`: where commands run and relative paths resolve (default: `root`, else the
+    /// login directory).
+    pub workdir: Option<PathBuf>,
+    /// `--root`: confine the file tools to this directory.
+    pub root: Option<PathBuf>,
+    /// `--timeout`: default command timeout in seconds (`None`: 600; `Some(0)`: none).
+    pub timeout_secs: Option<u64>,
+    /// `--connect-timeout` in seconds.
+    pub connect_timeout_secs: Option<u64>,
+    /// `--max-output-bytes`: output a command's result keeps (head and tail).
+    pub max_output_bytes: Option<usize>,
+    /// `--log-level`: error, warn (default), info, debug or trace; logs go to stderr.
+    pub log_level: Option<String>,
+}
+
+/// What the command line asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Parsed {
+    /// Serve.
+    Run(Box<Cli>),
+    /// `--help`.
+    Help,
+    /// `--version`.
+    Version,
+}
+
+/// The default command timeout.
+pub const DEFAULT_TIMEOUT_SECS: u64 = 600;
+/// The default `--max-output-bytes`.
+pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 1024 * 1024;
+
+/// `--help` text.
+pub const USAGE: &str = "\
+swiftide-ssh-mcp: an MCP server (stdio) that runs commands and file operations on one remote \
+host over pooled SSH connections.
+
+Usage: swiftide-ssh-mcp [OPTIONS] [ALIAS]
+
+Destination (either --host or an ssh_config alias):
+  --host HOST                       host name or address
+  ALIAS, --ssh-config-alias ALIAS   a Host alias from ~/.ssh/config (HostName, User, Port,
+                                    IdentityFile, ProxyJump, known-hosts settings...)
+  --ssh-config FILE                 read ALIAS from FILE instead of ~/.ssh/config
+  --port PORT                       default 22 (or the alias's Port)
+  --user USER                       default $USER (or the alias's User)
+
+Authentication (tried in this order; with none given: the alias's identity files, else
+the ssh-agent):
+  --identity FILE                   private key file (repeatable)
+  --agent                           the ssh-agent at $SSH_AUTH_SOCK
+  --password-env VAR                read the password from environment variable VAR
+
+Host keys (default: strict, ~/.ssh/known_hosts and /etc/ssh/ssh_known_hosts):
+  --known-hosts FILE                known_hosts file to check strictly (repeatable)
+  --accept-new-host-keys            record keys of unknown hosts in the first known_hosts
+                                    file; a changed key is still refused
+  --insecure-accept-any-host-key    DISABLE host-key verification (anyone on the path can
+                                    impersonate the host); throwaway test hosts only
+
+Tools:
+  --workdir DIR                     where commands run and relative paths resolve
+                                    (default: --root, else the login directory)
+  --root DIR                        confine the file tools to DIR (symlinks resolved by the
+                                    server before each access); commands are NOT confined
+  --timeout SECS                    default command timeout (default 600; 0 = none)
+  --max-output-bytes N              output a command result keeps (head and tail; default
+                                    1048576); progress notifications still carry everything
+  --connect-timeout SECS            TCP + handshake + authentication (default 10)
+  --log-level LEVEL                 error, warn (default), info, debug, trace (stderr)
+  -h, --help / -V, --version
+";
+
+impl Cli {
+    /// Parses the arguments after the program name.
+    ///
+    /// # Errors
+    /// A message naming the bad or missing argument.
+    pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, String> {
+        let mut cli = Cli::default();
+        let mut args = args.into_iter();
+        while let Some(arg) = args.next() {
+            let (flag, inline) = match arg.split_once('=') {
+                Some((flag, value)) if flag.starts_with("--") => {
+                    (flag.to_owned(), Some(value.to_owned()))
+                }
+                _ => (arg.clone(), None),
+            };
+            let mut value = |name: &str| -> Result<String, String> {
+                match inline.clone().or_else(|| args.next()) {
+                    Some(value) => Ok(value),
+                    None => Err(format!("{name} needs a value")),
+                }
+            };
+            let number = |name: &str, text: String| -> Result<u64, String> {
+                text.parse()
+                    .map_err(|_| format!("{name} needs a whole number, not `{text}`"))
+            };
+            match flag.as_str() {
+                "-h" | "--help" => return Ok(Parsed::Help),
+                "-V" | "--version" => return Ok(Parsed::Version),
+                "--host" => cli.host = Some(value("--host")?),
+                "--ssh-config-alias" => cli.alias = Some(value("--ssh-config-alias")?),
+                "--ssh-config" => cli.ssh_config = Some(value("--ssh-config")?.into()),
+                "--port" => {
+                    let text = value("--port")?;
+                    cli.port = Some(
+                        text.parse()
+                            .map_err(|_| format!("--port needs a port number, not `{text}`"))?,
+                    );
+                }
+                "--user" => cli.user = Some(value("--user")?),
+                "--identity" | "-i" => cli.identities.push(value("--identity")?.into()),
+                "--agent" => cli.agent = true,
+                "--password-env" => cli.password_env = Some(value("--password-env")?),
+                "--known-hosts" => cli.known_hosts.push(value("--known-hosts")?.into()),
+                "--accept-new-host-keys" => cli.accept_new_host_keys = true,
+                "--insecure-accept-any-host-key" => cli.insecure_accept_any_host_key = true,
+                "--workdir" => cli.workdir = Some(value("--workdir")?.into()),
+                "--root" => cli.root = Some(value("--root")?.into()),
+                "--timeout" => cli.timeout_secs = Some(number("--timeout", value("--timeout")?)?),
+                "--connect-timeout" => {
+                    cli.connect_timeout_secs =
+                        Some(number("--connect-timeout", value("--connect-timeout")?)?);
+                }
+                "--max-output-bytes" => {
+                    let n = number("--max-output-bytes", value("--max-output-bytes")?)?;
+                    cli.max_output_bytes = Some(
+                        usize::try_from(n)
+                            .map_err(|_| "--max-output-bytes is too large".to_owned())?,
+                    );
+                }
+                "--log-level" => cli.log_level = Some(value("--log-level")?),
+                other if other.starts_with('-') => {
+                    return Err(format!("unknown option `{other}` (see --help)"));
+                }
+                _ if cli.alias.is_none() => cli.alias = Some(arg),
+                _ => return Err(format!("unexpected argument `{arg}` (see --help)")),
+            }
+        }
+        match (&cli.host, &cli.alias) {
+            (None, None) => {
+                return Err("no destination: pass --host HOST or an ssh_config alias".to_owned());
+            }
+            (Some(_), Some(_)) => {
+                return Err("pass either --host or an ssh_config alias, not both".to_owned());
+            }
+            _ => {}
+        }
+        if cli.ssh_config.is_some() && cli.alias.is_none() {
+            return Err("--ssh-config needs an alias".to_owned());
+        }
+        let policies = [cli.accept_new_host_keys, cli.insecure_accept_any_host_key];
+        if policies.iter().filter(|&&on| on).count() > 1 {
+            return Err(
+                "--accept-new-host-keys and --insecure-accept-any-host-key exclude each other"
+                    .to_owned(),
+            );
+        }
+        if cli.insecure_accept_any_host_key && !cli.known_hosts.is_empty() {
+            return Err(
+                "--insecure-accept-any-host-key ignores --known-hosts; pass only one".to_owned(),
+            );
+        }
+        Ok(Parsed::Run(Box::new(cli)))
+    }
+
+    /// The executor builder these settings describe.
+    ///
+    /// # Errors
+    /// An unreadable or unsupported ssh_config, or a `--password-env` variable that is not
+    /// set.
+    pub fn builder(&self) -> crate::Result<SshExecutorBuilder> {
+        let mut builder = match (&self.alias, &self.ssh_config) {
+            (Some(alias), Some(file)) => SshExecutor::from_ssh_config_file(file, alias)?,
+            (Some(alias), None) => SshExecutor::from_ssh_config(alias)?,
+            (None, _) => SshExecutor::builder().host(self.host.clone().unwrap_or_default()),
+        };
+        if let Some(port) = self.port {
+            builder = builder.port(port);
+        }
+        if let Some(user) = &self.user {
+            builder = builder.user(user.clone());
+        }
+        for identity in &self.identities {
+            builder = builder.private_key_file(identity.clone());
+        }
+        if self.agent {
+            builder = builder.agent();
+        }
+        if let Some(name) = &self.password_env {
+            let password = std::env::var(name).map_err(|_| Error::Config {
+                reason: format!("--password-env {name}: the variable is not set"),
+            })?;
+            builder = builder.password(password);
+        }
+        if self.insecure_accept_any_host_key {
+            tracing::warn!(
+                "--insecure-accept-any-host-key: host keys are NOT verified; anyone on the \
+                 network path can impersonate the host"
+            );
+            builder = builder.insecure_accept_any_host_key();
+        } else if self.accept_new_host_keys {
+            let file = self
+                .known_hosts
+                .first()
+                .cloned()
+                .unwrap_or_else(|| PathBuf::from("~/.ssh/known_hosts"));
+            builder = builder.accept_new_host_keys(file);
+        } else if !self.known_hosts.is_empty() {
+            builder = builder.host_key_policy(crate::HostKeyPolicy::Strict {
+                known_hosts: self.known_hosts.clone(),
+            });
+        }
+        if let Some(workdir) = self.workdir.as_ref().or(self.root.as_ref()) {
+            builder = builder.workdir(workdir.clone());
+        }
+        let timeout = self.timeout_secs.unwrap_or(DEFAULT_TIMEOUT_SECS);
+        builder = builder.default_timeout((timeout > 0).then(|| Duration::from_secs(timeout)));
+        if let Some(secs) = self.connect_timeout_secs {
+            builder = builder.connect_timeout(Duration::from_secs(secs));
+        }
+        builder = builder.max_output_bytes(Some(
+            self.max_output_bytes.unwrap_or(DEFAULT_MAX_OUTPUT_BYTES),
+        ));
+        Ok(builder)
+    }
+}
+
+/// Sends `tracing` output to stderr (stdout carries the protocol) at `level` (`error`,
+/// `warn`, `info`, `debug`, `trace`; default `warn`).
+///
+/// # Errors
+/// An unknown level name.
+pub fn init_logging(level: Option<&str>) -> Result<(), String> {
+    let level = match level.unwrap_or("warn") {
+        "error" => tracing::Level::ERROR,
+        "warn" => tracing::Level::WARN,
+        "info" => tracing::Level::INFO,
+        "debug" => tracing::Level::DEBUG,
+        "trace" => tracing::Level::TRACE,
+        other => return Err(format!("unknown log level `{other}`")),
+    };
+    // A second call (tests) keeps the first subscriber.
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_max_level(level)
+        .try_init();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Parsed, String> {
+        Cli::parse(args.iter().map(|s| (*s).to_owned()))
+    }
+
+    #[test]
+    fn flags_and_alias_parse() {
+        let Ok(Parsed::Run(cli)) = parse(&[
+            "--host=example",
+            "--port",
+            "2222",
+            "--identity",
+            "/k",
+            "--known-hosts",
+            "/kh",
+            "--root",
+            "/srv",
+        ]) else {
+            panic!("did not parse");
+        };
+        assert_eq!(cli.host.as_deref(), Some("example"));
+        assert_eq!(cli.port, Some(2222));
+        assert_eq!(cli.identities, vec![PathBuf::from("/k")]);
+        assert_eq!(cli.root, Some(PathBuf::from("/srv")));
+        let Ok(Parsed::Run(cli)) = parse(&["build-1"]) else {
+            panic!("alias did not parse");
+        };
+        assert_eq!(cli.alias.as_deref(), Some("build-1"));
+    }
+
+    #[test]
+    fn bad_command_lines_are_refused() {
+        assert!(parse(&[]).is_err());
+        assert!(parse(&["--host", "a", "alias"]).is_err());
+        assert!(parse(&["--host", "a", "--port", "x"]).is_err());
+        assert!(parse(&["--host", "a", "--frobnicate"]).is_err());
+        assert!(parse(&["--host"]).is_err());
+        assert!(
+            parse(&[
+                "--host",
+                "a",
+                "--insecure-accept-any-host-key",
+                "--known-hosts",
+                "k"
+            ])
+            .is_err()
+        );
+        assert_eq!(parse(&["--help"]), Ok(Parsed::Help));
+    }
+
+    #[test]
+    fn utf8_sequences_survive_chunk_boundaries() {
+        let mut carry = Utf8Carry::default();
+        let mut out = String::new();
+        let bytes = "héllo".as_bytes();
+        carry.push(&bytes[..2], &mut out);
+        carry.push(&bytes[2..], &mut out);
+        assert_eq!(out, "héllo");
+    }
+}
