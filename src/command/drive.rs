@@ -381,6 +381,8 @@ async fn drive_once(
     let mut pgid: Option<u32> = None;
     let mut status: Option<ExitStatus> = None;
     let mut replied = false;
+    // Any output (the marker included) means the request was processed.
+    let mut heard = false;
     let mut eof = false;
     let mut closed = false;
 
@@ -401,9 +403,11 @@ async fn drive_once(
             }
             message = channel.wait() => match message {
                 Some(russh::ChannelMsg::Data { data }) => {
+                    heard = true;
                     forward(events, budget, OutputChunk::Stdout(data)).await;
                 }
                 Some(russh::ChannelMsg::ExtendedData { data, .. }) => {
+                    heard = true;
                     let (found, parts) = marker.feed(data);
                     if found.is_some() {
                         pgid = found;
@@ -493,6 +497,14 @@ async fn drive_once(
     // once the server has also said "no more output" (EOF or close). A connection lost in
     // between leaves the output incomplete, which must not pass for a clean result.
     let output_complete = eof || closed;
+    if closed && !replied && !heard && status.is_none() && !kill_wanted {
+        // Closed without a word about the request (Dropbear does this to a request it never
+        // processed when many channels start at once): nothing ran, so it may be retried.
+        return Attempt::NotSent(Error::ExecRefused {
+            host: config.host.clone(),
+            port: config.port,
+        });
+    }
     Attempt::Done(match status {
         Some(status) if output_complete => Ok(status),
         None if closed && !session.is_dead() => Ok(ExitStatus::Unknown),
