@@ -9,7 +9,7 @@
 //! The request is a fixed **bootstrap**, the same for every command with the same settings:
 //!
 //! ```text
-//! exec /bin/sh -c '<bootstrap>' '<bootstrap>'
+//! exec /bin/sh -c '<bootstrap>' sh '<bootstrap>'
 //! ```
 //!
 //! whose text is printable ASCII without `'`, `\`, `!` or newline, which every one of those
@@ -18,7 +18,7 @@
 //!
 //! 1. makes sure it leads its own process group. OpenSSH starts each session with `setsid`,
 //!    so the shell already does; Dropbear does not (all channels of a connection share one
-//!    group), so the bootstrap re-executes itself through `setsid` (its text is `$0` for
+//!    group), so the bootstrap re-executes itself through `setsid` (its text is `$1` for
 //!    that purpose) and then also waits for the output pipes to close ([`WAIT_FOR_PIPES`]).
 //!    The check is `kill -0 -$$` (does a group numbered like this shell exist?), confirmed
 //!    by `/proc/$$/stat` before `setsid` runs; without `setsid` the command runs in the
@@ -80,7 +80,7 @@ pub(crate) fn quote_line(value: &[u8]) -> Vec<u8> {
 }
 
 /// The end of the bootstrap: run the payload, and on a server that did not start the session
-/// in a group of its own (`$1` = `D`, see the module docs) keep the leader until every writer
+/// in a group of its own (`$2` = `D`, see the module docs) keep the leader until every writer
 /// of the channel's stdout and stderr is done.
 ///
 /// Why: Dropbear closes the channel soon after the session's process exits, so output a
@@ -90,7 +90,7 @@ pub(crate) fn quote_line(value: &[u8]) -> Vec<u8> {
 /// end) and exits with the command's status, sent back on fd 9. The command does not inherit
 /// the extra descriptors; the waiting shell's own messages ("Killed") go to `/dev/null`. Death
 /// by signal comes back as status 128 + n on such servers.
-const WAIT_FOR_PIPES: &str = "[ \"$1\" = D ] || { eval \"$w\"; exit; }; exec 6>&1 7>&2; \
+const WAIT_FOR_PIPES: &str = "[ \"$2\" = D ] || { eval \"$w\"; exit; }; exec 6>&1 7>&2; \
      s=$( { { { (eval \"$w\") 2>&4 4>&- 6>&- 7>&- 9>&-; echo $? >&9; } 4>&1 1>&3 3>&- 2>/dev/null \
      | cat >&7 9>&-; } 3>&1 1>&9 | cat >&6 9>&-; } 9>&1 ); exit \"${s:-125}\"";
 
@@ -106,7 +106,7 @@ fn bootstrap(marker: &str, supervision: Option<Supervision>) -> Vec<u8> {
         // thousand commands while a container was being stopped.
         "nl=${IFS#??}; \
          kill -0 -$$ 2>/dev/null || { read -r _ _ _ _ g _ </proc/$$/stat; [ \"${g:-$$}\" = \"$$\" ] \
-         || { command -v setsid >/dev/null && exec setsid /bin/sh -c \"$0\" \"$0\" D; }; }; \
+         || { command -v setsid >/dev/null && exec setsid /bin/sh -c \"$1\" sh \"$1\" D; }; }; \
          IFS= read -r w || exit 125; ",
     );
     script.push_str(&format!("echo \"{marker}$$\" >&2 || exit 125; "));
@@ -115,7 +115,9 @@ fn bootstrap(marker: &str, supervision: Option<Supervision>) -> Vec<u8> {
     }
     script.push_str(WAIT_FOR_PIPES);
     debug_assert!(is_neutral(&script), "bootstrap is not login-shell neutral");
-    format!("exec /bin/sh -c '{script}' '{script}'").into_bytes()
+    // `$0` is `sh`, as the shell's own error messages name it (`sh: 1: x: not found`); the
+    // text itself is `$1`, for the `setsid` re-execution.
+    format!("exec /bin/sh -c '{script}' sh '{script}'").into_bytes()
 }
 
 /// The exec request and what goes on stdin for one of the executor's own scripts (the exec
@@ -469,7 +471,7 @@ mod tests {
         let request = std::str::from_utf8(&wrapped.request).unwrap();
         assert!(request.starts_with("exec /bin/sh -c '"));
         assert!(is_neutral(
-            &request["exec /bin/sh -c '".len()..request.len() - 1].replace("' '", "")
+            &request["exec /bin/sh -c '".len()..request.len() - 1].replace("' sh '", "")
         ));
 
         // What `sh -c` prints for the same command in the same place: the reference.
