@@ -481,38 +481,14 @@ impl DockerTestbed {
     /// no `ssh_config`; standard input `/dev/null`. Like
     /// [`Testbed::ssh_command`](crate::Testbed::ssh_command).
     pub fn ssh_command(&self, remote_command: &str) -> Command {
-        let mut command = Command::new("ssh");
-        command
-            .arg("-F")
-            .arg("/dev/null")
-            .arg("-i")
-            .arg(&self.files.client_key)
-            .arg("-p")
-            .arg(self.port.to_string())
-            .arg("-o")
-            .arg(format!(
-                "UserKnownHostsFile={}",
-                self.files.known_hosts.display()
-            ))
-            .args([
-                "-o",
-                "GlobalKnownHostsFile=/dev/null",
-                "-o",
-                "StrictHostKeyChecking=yes",
-                "-o",
-                "UpdateHostKeys=no",
-                "-o",
-                "BatchMode=yes",
-                "-o",
-                "IdentitiesOnly=yes",
-                "-o",
-                "ConnectTimeout=10",
-                "--",
-            ])
-            .arg(format!("{DOCKER_USER}@{}", self.host()))
-            .arg(remote_command)
-            .stdin(Stdio::null());
-        command
+        system::ssh_client(
+            &self.files.client_key,
+            self.port,
+            &self.files.known_hosts,
+            &[],
+            &format!("{DOCKER_USER}@{}", self.host()),
+            remote_command,
+        )
     }
 
     /// Runs [`ssh_command`](Self::ssh_command) and returns its output, whatever its exit

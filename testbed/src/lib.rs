@@ -623,40 +623,14 @@ impl Testbed {
     ///
     /// This lets tests inspect the server independently of the code under test.
     pub fn ssh_command(&self, remote_command: &str) -> Command {
-        let mut command = Command::new("ssh");
-        command
-            .arg("-F")
-            .arg("/dev/null")
-            .arg("-i")
-            .arg(&self.paths.client_key)
-            .arg("-p")
-            .arg(self.port.to_string())
-            .arg("-o")
-            .arg(format!(
-                "UserKnownHostsFile={}",
-                self.paths.known_hosts.display()
-            ))
-            .args([
-                "-o",
-                "GlobalKnownHostsFile=/dev/null",
-                "-o",
-                "StrictHostKeyChecking=yes",
-                "-o",
-                "UpdateHostKeys=no",
-                "-o",
-                "BatchMode=yes",
-                "-o",
-                "IdentitiesOnly=yes",
-                "-o",
-                "KexAlgorithms=curve25519-sha256",
-                "-o",
-                "ConnectTimeout=10",
-                "--",
-            ])
-            .arg(format!("{}@{}", self.user, self.host()))
-            .arg(remote_command)
-            .stdin(Stdio::null());
-        command
+        system::ssh_client(
+            &self.paths.client_key,
+            self.port,
+            &self.paths.known_hosts,
+            &["KexAlgorithms=curve25519-sha256"],
+            &format!("{}@{}", self.user, self.host()),
+            remote_command,
+        )
     }
 
     /// Runs [`Testbed::ssh_command`] and returns its output, whatever its exit status

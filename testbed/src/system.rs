@@ -336,3 +336,46 @@ pub(crate) fn client_keys() -> Result<ClientKeys, TestbedError> {
     *cached = Some(keys.clone());
     Ok(keys)
 }
+
+/// The OpenSSH client ready to run `remote_command` as `destination` (`user@host`) on `port`
+/// with the key `key`, strict host-key checking against `known_hosts` only, batch mode, no
+/// `ssh_config`, `extra_options` (`-o` values) and standard input `/dev/null`. The arguments
+/// end with `-- user@host remote_command`.
+pub(crate) fn ssh_client(
+    key: &Path,
+    port: u16,
+    known_hosts: &Path,
+    extra_options: &[&str],
+    destination: &str,
+    remote_command: &str,
+) -> Command {
+    let mut command = Command::new("ssh");
+    command
+        .arg("-F")
+        .arg("/dev/null")
+        .arg("-i")
+        .arg(key)
+        .arg("-p")
+        .arg(port.to_string())
+        .arg("-o")
+        .arg(format!("UserKnownHostsFile={}", known_hosts.display()))
+        .args([
+            "-o",
+            "GlobalKnownHostsFile=/dev/null",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "UpdateHostKeys=no",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "IdentitiesOnly=yes",
+        ]);
+    for option in extra_options {
+        command.arg("-o").arg(option);
+    }
+    command
+        .args(["-o", "ConnectTimeout=10", "--", destination, remote_command])
+        .stdin(Stdio::null());
+    command
+}
