@@ -27,10 +27,14 @@
 //!
 //! OpenSSH allows `MaxSessions` (10) channels per connection and frees a slot some time
 //! after the channel closes. The default of 8 slots per connection leaves room for the kill
-//! channel and the SFTP channel, and a refused open is retried with backoff (1 ms doubling to
-//! 50 ms, 10 tries) before the slot is discarded and the connection's capacity lowered; new
-//! connections start with the lowered capacity too, so a server with a smaller `MaxSessions`
-//! costs refusals once per executor, not once per connection.
+//! channel and the SFTP channel. A refused open lowers the connection's capacity to the
+//! channels open on it ([`Session::learn_from_refusal`]), for every connection to the host
+//! and for new ones; a slot beyond the capacity is given up and its command waits in the pool
+//! for another, while a refusal below it (a just-closed channel not freed yet) is retried with
+//! backoff (1 ms doubling to 50 ms, 10 tries). New connections start with 4 slots and grow by
+//! one per successful open up to the learned capacity, then probe one more every 32 opens
+//! ([`Session::note_opened`]), so a server with a smaller `MaxSessions` costs a few refusals
+//! per executor, not one per command.
 //!
 //! # Recycling
 //!
