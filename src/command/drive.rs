@@ -40,7 +40,7 @@ use crate::{
 /// A fully prepared command.
 #[derive(Debug)]
 pub(crate) struct ExecRequest {
-    /// The exec request text (see [`wrapper`](crate::command::wrapper)).
+    /// The exec request text (see [`wrapper`](fn@crate::command::wrapper)).
     pub(crate) wrapper: Vec<u8>,
     /// Bytes for the command's stdin: the payload line, and for uncontrolled requests their
     /// data, followed by EOF.

@@ -1,5 +1,5 @@
 //! The remote program for one command: how the text is split ([`Program`]), quoted and
-//! wrapped ([`wrapper`]), how the remote side reports its process group ([`marker`]) and is
+//! wrapped ([`wrapper`](mod@wrapper)), how the remote side reports its process group ([`marker`]) and is
 //! stopped ([`supervisor`]), and the drive loop that runs it on a pooled channel ([`drive`]),
 //! producing an [`Execution`].
 

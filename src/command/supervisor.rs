@@ -25,7 +25,7 @@ pub(crate) struct Supervision {
 /// Its stdout and stderr are `/dev/null`, so it never holds the channel open. It costs one
 /// forked shell per command and no polling. dash's `kill` has no `--`, hence `kill -SIG -PID`.
 ///
-/// One line of [login-shell-neutral](crate::command::wrapper) text: it travels inside the
+/// One line of [login-shell-neutral](mod@crate::command::wrapper) text: it travels inside the
 /// exec request, within single quotes, so it holds no `'`, `\`, `!` or newline.
 pub(crate) fn supervisor_line(supervision: Supervision) -> String {
     let polls = supervision.grace.as_millis().div_ceil(50);

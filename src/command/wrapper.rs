@@ -94,7 +94,7 @@ const WAIT_FOR_PIPES: &str = "[ \"$2\" = D ] || { eval \"$w\"; exit; }; exec 6>&
      s=$( { { { (eval \"$w\") 2>&4 4>&- 6>&- 7>&- 9>&-; echo $? >&9; } 4>&1 1>&3 3>&- 2>/dev/null \
      | cat >&7 9>&-; } 3>&1 1>&9 | cat >&6 9>&-; } 9>&1 ); exit \"${s:-125}\"";
 
-/// The exec request that starts [`/bin/sh`] on the bootstrap (see the module docs).
+/// The exec request that starts `/bin/sh` on the bootstrap (see the module docs).
 /// `supervision` is `None` for the crate's own scripts, whose stdin carries data.
 fn bootstrap(marker: &str, supervision: Option<Supervision>) -> Vec<u8> {
     let mut script = String::from(
@@ -142,7 +142,7 @@ pub(crate) fn script_request(marker: &str, script: &[u8], data: &[u8]) -> Result
 /// The exec request and how to drive it.
 #[derive(Debug)]
 pub(crate) struct Wrapped {
-    /// The exec request: the [bootstrap](bootstrap), free of caller data.
+    /// The exec request: the [bootstrap], free of caller data.
     pub(crate) request: Vec<u8>,
     /// Bytes to send on stdin right after the request: the payload line, and for
     /// uncontrolled requests their data (then EOF).

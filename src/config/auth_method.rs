@@ -1,6 +1,6 @@
 //! How to authenticate: the [`AuthMethod`]s a builder collects and the [`Secret`]s they hold.
 //!
-//! Only data lives here; [`crate::ssh::auth`] loads keys and talks to the server.
+//! Only data lives here; `ssh::auth` loads keys and talks to the server.
 
 use std::{fmt, path::PathBuf, sync::Arc};
 

@@ -1,6 +1,6 @@
 //! How the server's host key is verified: [`HostKeyPolicy`].
 //!
-//! The policy is data; [`crate::ssh::host_key`] enforces it during the handshake.
+//! The policy is data; `ssh::host_key` enforces it during the handshake.
 
 use std::path::PathBuf;
 

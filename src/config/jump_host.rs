@@ -1,5 +1,5 @@
 //! Jump hosts as settings: [`JumpHost`] as the caller describes it, and the resolved
-//! hops (every setting decided) that [`crate::ssh::jump`] connects through.
+//! hops (every setting decided) that `ssh::jump` connects through.
 
 use std::{fmt, path::PathBuf};
 

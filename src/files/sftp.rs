@@ -271,7 +271,7 @@ impl SftpChannel {
     }
 
     /// Marks an operation as running on this channel's connection (see
-    /// [`Running`](Running)); `None` when the connection is gone.
+    /// [`Running`]); `None` when the connection is gone.
     pub(crate) fn running(&self) -> Option<Running> {
         self.session.upgrade().map(Running::new)
     }

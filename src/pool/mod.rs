@@ -4,7 +4,7 @@
 //!
 //! bb8 hands out each pooled object exclusively. An SSH connection, however, multiplexes many
 //! channels: pooling whole connections made four callers on two connections take twice as
-//! long as one connection needed. So the unit bb8 manages here is a [`Slot`]: the right to
+//! long as one connection needed. So the unit bb8 manages here is a `Slot`: the right to
 //! run one command (one session channel) on a particular connection.
 //!
 //! * bb8 does what it is good at: the FIFO wait queue with its timeout
