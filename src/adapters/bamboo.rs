@@ -98,6 +98,16 @@ fn parse<T: for<'de> Deserialize<'de>>(tool: &str, args: Value) -> Result<T, Too
     serde_json::from_value(args).map_err(|e| invalid(tool, e))
 }
 
+/// Refuses an empty or blank path argument.
+fn require_path(name: &str, value: &str) -> Result<(), ToolError> {
+    if value.trim().is_empty() {
+        return Err(ToolError::InvalidArguments(format!(
+            "{name} must be a non-empty string"
+        )));
+    }
+    Ok(())
+}
+
 /// A transport failure is an execution error; a file failure becomes a failed result.
 fn failed(error: &Error) -> Result<ToolResult, ToolError> {
     match error {
@@ -309,11 +319,7 @@ impl SshToolExecutor {
 
     async fn read(&self, args: Value) -> Result<ToolResult, ToolError> {
         let args: ReadArgs = parse("Read", args)?;
-        if args.file_path.trim().is_empty() {
-            return Err(ToolError::InvalidArguments(
-                "file_path must be a non-empty string".to_owned(),
-            ));
-        }
+        require_path("file_path", &args.file_path)?;
         let path = self.path(&args.file_path);
         let meta = match self.executor.metadata(&path).await {
             Ok(meta) => meta,
@@ -379,11 +385,7 @@ impl SshToolExecutor {
 
     async fn write(&self, args: Value) -> Result<ToolResult, ToolError> {
         let args: WriteArgs = parse("Write", args)?;
-        if args.file_path.trim().is_empty() {
-            return Err(ToolError::InvalidArguments(
-                "file_path must be a non-empty string".to_owned(),
-            ));
-        }
+        require_path("file_path", &args.file_path)?;
         let path = self.path(&args.file_path);
         match self
             .executor
@@ -594,11 +596,7 @@ impl SshToolExecutor {
 
     async fn file_info(&self, args: Value) -> Result<ToolResult, ToolError> {
         let args: InfoArgs = parse("GetFileInfo", args)?;
-        if args.path.trim().is_empty() {
-            return Err(ToolError::InvalidArguments(
-                "path must be a non-empty string".to_owned(),
-            ));
-        }
+        require_path("path", &args.path)?;
         let path = self.path(&args.path);
         let result = match self.executor.metadata(&path).await {
             Ok(meta) => json!({

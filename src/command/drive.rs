@@ -361,8 +361,7 @@ async fn drive_once(
         .controlled
         .then(|| PayloadWriter::start(&channel, &request.stdin));
     if request.controlled {
-        // Sent above.
-    } else if request.stdin.is_empty() {
+        // The payload writer above keeps stdin open.
     } else if request.stdin.is_empty() {
         let _ = channel.eof().await;
     } else {
