@@ -165,11 +165,15 @@ impl SshExecutor {
         };
         let wrapped =
             command::wrapper(&program, dir.as_deref(), &config.env, &marker, supervision)?;
+        let direct =
+            command::direct_wrapper(&program, dir.as_deref(), &config.env, &marker, supervision)
+                .map(|direct| (direct.request, direct.stdin.into()));
         let request = ExecRequest {
             wrapper: wrapped.request,
             stdin: wrapped.stdin.into(),
             marker,
             controlled: wrapped.controlled,
+            direct,
         };
         let timeout = self.resolve_timeout(options.timeout);
         // The command text may hold secrets typed by an agent: log its length only.

@@ -39,6 +39,32 @@ impl Row {
         }
     }
 
+    /// Whether warm commands take the direct form (the login shell runs the bootstrap:
+    /// a POSIX shell behind a server that gives each session its own process group).
+    fn direct(&self) -> bool {
+        matches!(
+            self,
+            Row::OpenSsh(
+                LoginShell::Bash
+                    | LoginShell::Dash
+                    | LoginShell::Zsh
+                    | LoginShell::Mksh
+                    | LoginShell::BusyboxAsh
+            )
+        )
+    }
+
+    /// Fails unless `ex` sent direct requests exactly on the rows that take them.
+    fn check_form(&self, ex: &SshExecutor) {
+        let stats = ex.pool_stats();
+        assert_eq!(stats.direct_fallbacks, 0, "{}: {stats:?}", self.name());
+        if self.direct() {
+            assert!(stats.direct_requests > 0, "{}: {stats:?}", self.name());
+        } else {
+            assert_eq!(stats.direct_requests, 0, "{}: {stats:?}", self.name());
+        }
+    }
+
     fn start(&self) -> Testbed {
         let builder = match self {
             Row::OpenSsh(shell) => Testbed::builder().login_shell(shell.clone()),
@@ -78,24 +104,38 @@ async fn differential(row: Row) {
         .arg(&dir)
         .status()
         .unwrap();
-    let (local, remote) = differential::executors(&dir, builder(&tb));
-    let remote = remote.build().await.unwrap();
-    let cases = cases(&dir);
-    let mismatches = differential::compare(&local, &remote, &cases).await;
-    eprintln!(
-        "matrix: {} differential {}/{} same",
-        row.name(),
-        cases.len() - mismatches.len(),
-        cases.len()
-    );
-    assert!(
-        mismatches.is_empty(),
-        "{}: {} of {} cases differ from LocalExecutor:\n{}",
-        row.name(),
-        mismatches.len(),
-        cases.len(),
-        mismatches.join("\n")
-    );
+    // Twice: with a newline in an environment value (every command in the universal exec
+    // form), and without (warm commands in the direct form where the row takes it).
+    for (form, envs) in [
+        ("universal", &differential::ENVS),
+        ("direct", &differential::ONE_LINE_ENVS),
+    ] {
+        let (local, remote) = differential::executors_with(&dir, builder(&tb), envs);
+        let remote = remote.build().await.unwrap();
+        let cases = cases(&dir);
+        let mismatches = differential::compare(&local, &remote, &cases).await;
+        let stats = remote.pool_stats();
+        if form == "universal" {
+            assert_eq!(stats.direct_requests, 0, "{}: {stats:?}", row.name());
+        } else {
+            row.check_form(&remote);
+        }
+        eprintln!(
+            "matrix: {} differential ({form} form where possible) {}/{} same",
+            row.name(),
+            cases.len() - mismatches.len(),
+            cases.len()
+        );
+        assert!(
+            mismatches.is_empty(),
+            "{} ({form}): {} of {} cases differ from LocalExecutor:\n{}",
+            row.name(),
+            mismatches.len(),
+            cases.len(),
+            mismatches.join("\n")
+        );
+    }
+    let remote = builder(&tb).workdir(&dir).build().await.unwrap();
 
     // Beyond LocalExecutor: a 1 MiB command (LocalExecutor's argv holds 128 KiB) and a
     // 200 KiB environment value... up to the kernel's limit for one environment string.
@@ -128,34 +168,39 @@ async fn wait_for(pattern: &str, count: usize) {
 
 async fn kills(row: Row) {
     let tb = row.start();
-    let ex = builder(&tb).build().await.unwrap();
+    let ex = builder(&tb).max_connections(1).build().await.unwrap();
 
-    // Timeout: the whole group dies, background children included.
-    let t = token();
-    let pattern = format!("^sleep 300.{t}");
-    let started = Instant::now();
-    let result = ex
-        .exec_cmd(
-            &Command::shell(format!("sleep 300.{t} & sleep 300.{t}"))
-                .with_timeout(Duration::from_millis(500)),
-        )
-        .await;
-    assert!(
-        matches!(result, Err(CommandError::TimedOut { .. })),
-        "{}: {result:?}",
-        row.name()
-    );
-    let left = wait_until_gone(&pattern, Duration::from_secs(3)).await;
-    assert!(
-        left.is_empty(),
-        "{}: survivors of a timeout: {left:?}",
-        row.name()
-    );
-    eprintln!(
-        "matrix: {} timeout kill: returned and group gone after {:?} (timeout 500 ms, grace 1 s)",
-        row.name(),
-        started.elapsed()
-    );
+    // Timeout: the whole group dies, background children included. Twice: the first
+    // command on a connection is sent in the universal form, the next (on rows with a POSIX
+    // login shell) in the direct form.
+    for form in ["first", "warm"] {
+        let t = token();
+        let pattern = format!("^sleep 300.{t}");
+        let started = Instant::now();
+        let result = ex
+            .exec_cmd(
+                &Command::shell(format!("sleep 300.{t} & sleep 300.{t}"))
+                    .with_timeout(Duration::from_millis(500)),
+            )
+            .await;
+        assert!(
+            matches!(result, Err(CommandError::TimedOut { .. })),
+            "{} ({form}): {result:?}",
+            row.name()
+        );
+        let left = wait_until_gone(&pattern, Duration::from_secs(3)).await;
+        assert!(
+            left.is_empty(),
+            "{} ({form}): survivors of a timeout: {left:?}",
+            row.name()
+        );
+        eprintln!(
+            "matrix: {} timeout kill ({form}): returned and group gone after {:?} (timeout 500 ms, grace 1 s)",
+            row.name(),
+            started.elapsed()
+        );
+    }
+    row.check_form(&ex);
 
     // Cancellation: dropping the future kills the group.
     let t = token();
@@ -366,3 +411,34 @@ matrix_row!(openssh_fish, Row::OpenSsh(LoginShell::Fish));
 matrix_row!(openssh_tcsh, Row::OpenSsh(LoginShell::Tcsh));
 matrix_row!(dropbear_sftp, Row::Dropbear { sftp: true });
 matrix_row!(dropbear_no_sftp, Row::Dropbear { sftp: false });
+
+/// A login shell that is not what `$SHELL` says (fish, with the server setting
+/// `SHELL=/bin/bash`): the direct request is not run (no marker comes back), nothing ran,
+/// and the command runs again in the universal form, which the connection then keeps to.
+/// The caller sees only the command's own output.
+#[tokio::test]
+async fn a_shell_variable_that_lies_falls_back_to_the_universal_form() {
+    let tb = Testbed::builder()
+        .login_shell(LoginShell::Fish)
+        .sshd_config_line("SetEnv SHELL=/bin/bash")
+        .start()
+        .unwrap();
+    let ex = builder(&tb).max_connections(1).build().await.unwrap();
+    let dir = workdir(&tb, "lying-shell");
+    let counter = dir.join("runs");
+    let command = format!("echo run >> '{}'; echo $0; echo err >&2", counter.display());
+    for _ in 0..3 {
+        let out = ex.run(&command).await.unwrap();
+        assert_eq!(out.stdout(), b"sh\n");
+        assert_eq!(out.stderr(), b"err\n");
+    }
+    // Every command ran exactly once.
+    assert_eq!(
+        std::fs::read_to_string(&counter).unwrap(),
+        "run\nrun\nrun\n"
+    );
+    let stats = ex.pool_stats();
+    assert_eq!(stats.direct_requests, 1, "{stats:?}");
+    assert_eq!(stats.direct_fallbacks, 1, "{stats:?}");
+    assert_eq!(stats.command_retries, 1, "{stats:?}");
+}

@@ -51,6 +51,10 @@ pub(crate) struct ExecRequest {
     /// is `K\n` on this channel. Otherwise it is sent from a second channel once the pgid is
     /// known.
     pub(crate) controlled: bool,
+    /// The same command in the direct form (request, stdin; see
+    /// [`direct_wrapper`](fn@crate::command::direct_wrapper)), used instead on connections
+    /// that have learned that their login shell runs it. Always controlled.
+    pub(crate) direct: Option<(Vec<u8>, bytes::Bytes)>,
 }
 
 enum Event {
@@ -337,7 +341,16 @@ async fn drive_once(
         return Attempt::Done(Ok(ExitStatus::Unknown));
     }
 
-    if let Err(source) = channel.exec(true, request.wrapper.clone()).await {
+    // The direct form once this connection has shown that its login shell runs it.
+    let direct = request
+        .direct
+        .as_ref()
+        .filter(|_| slot.session.direct_bootstrap() == Some(true));
+    let (exec_text, stdin, controlled) = match direct {
+        Some((text, stdin)) => (text, stdin, true),
+        None => (&request.wrapper, &request.stdin, request.controlled),
+    };
+    if let Err(source) = channel.exec(true, exec_text.clone()).await {
         // russh queues messages for its session task; an error means the connection is gone
         // and the request was never queued, let alone sent.
         slot.mark_broken();
@@ -348,6 +361,13 @@ async fn drive_once(
             source,
         });
     }
+    if direct.is_some() {
+        inner
+            .registry
+            .counters
+            .direct_requests
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
     // From here on the command may be running: it is never sent again.
     tracing::trace!("exec request sent");
     let mut kill_wanted = false;
@@ -357,18 +377,16 @@ async fn drive_once(
     // read loop notices a connection that dies meanwhile (russh waits for window space
     // without end when the peer is gone). stdin then stays open: EOF would tell the
     // supervisor that the client is gone.
-    let payload = request
-        .controlled
-        .then(|| PayloadWriter::start(&channel, &request.stdin));
-    if request.controlled {
+    let payload = controlled.then(|| PayloadWriter::start(&channel, stdin));
+    if controlled {
         // The payload writer above keeps stdin open.
-    } else if request.stdin.is_empty() {
+    } else if stdin.is_empty() {
         let _ = channel.eof().await;
     } else {
         // Written concurrently with the read loop: an interpreter that exits without reading
         // its whole body must not stall us (nor fail the command, as LocalExecutor does).
         let mut writer = channel.make_writer();
-        let body = request.stdin.clone();
+        let body = stdin.clone();
         tokio::spawn(async move {
             let _ = writer.write_all(&body).await;
             let _ = writer.shutdown().await;
@@ -384,6 +402,10 @@ async fn drive_once(
     let mut heard = false;
     let mut eof = false;
     let mut closed = false;
+    // A direct request holds its output back until the marker shows that the login shell ran
+    // the bootstrap: if it did not, the command runs again in the universal form and this
+    // attempt's output (the shell's complaint) must not reach the caller.
+    let mut held = direct.is_some().then(HeldOutput::default);
 
     loop {
         let give_up = async {
@@ -403,16 +425,24 @@ async fn drive_once(
             message = channel.wait() => match message {
                 Some(russh::ChannelMsg::Data { data }) => {
                     heard = true;
-                    forward(events, budget, OutputChunk::Stdout(data)).await;
+                    emit(&mut held, events, budget, OutputChunk::Stdout(data)).await;
                 }
                 Some(russh::ChannelMsg::ExtendedData { data, .. }) => {
                     heard = true;
                     let (found, parts) = marker.feed(data);
                     if found.is_some() {
                         pgid = found;
+                        if direct.is_none()
+                            && let Some(traits) = marker.traits()
+                        {
+                            session.learn_direct_bootstrap(crate::command::direct_capable(traits));
+                        }
                     }
                     for part in parts {
-                        forward(events, budget, OutputChunk::Stderr(part)).await;
+                        emit(&mut held, events, budget, OutputChunk::Stderr(part)).await;
+                    }
+                    if found.is_some() {
+                        release(&mut held, events, budget).await;
                     }
                 }
                 Some(russh::ChannelMsg::ExitStatus { exit_status }) => {
@@ -485,6 +515,23 @@ async fn drive_once(
     if let Some(payload) = &payload {
         payload.abort();
     }
+    if held.is_some() && pgid.is_none() && !kill_wanted && closed && !session.is_dead() {
+        // The login shell did not run the direct bootstrap (it prints the marker before it
+        // runs anything), so nothing ran: the universal form from now on.
+        tracing::warn!(host = %config.host, "the login shell did not run the direct exec request; \
+            using the universal form on this connection");
+        session.refuse_direct_bootstrap();
+        inner
+            .registry
+            .counters
+            .direct_fallbacks
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        return Attempt::NotSent(Error::ExecRefused {
+            host: config.host.clone(),
+            port: config.port,
+        });
+    }
+    release(&mut held, events, budget).await;
     for part in marker.give_up() {
         forward(events, budget, OutputChunk::Stderr(part)).await;
     }
@@ -515,6 +562,53 @@ async fn drive_once(
             })
         }
     })
+}
+
+/// Output of a direct request that waits for the marker (see `drive_once`), at most
+/// [`HeldOutput::LIMIT`] bytes: past that it is released and the attempt can no longer fall
+/// back.
+#[derive(Default)]
+struct HeldOutput {
+    chunks: Vec<OutputChunk>,
+    bytes: usize,
+}
+
+impl HeldOutput {
+    /// The marker parser's own search limit: a login shell's noise before the marker.
+    const LIMIT: usize = 64 * 1024;
+}
+
+/// Forwards `chunk`, or holds it while a direct request waits for its marker (releasing
+/// everything held, in order, once the limit is reached).
+async fn emit(
+    held: &mut Option<HeldOutput>,
+    events: &mpsc::UnboundedSender<Event>,
+    budget: &tokio::sync::Semaphore,
+    chunk: OutputChunk,
+) {
+    match held {
+        Some(waiting) => {
+            waiting.bytes += chunk.bytes().len();
+            waiting.chunks.push(chunk);
+            if waiting.bytes >= HeldOutput::LIMIT {
+                release(held, events, budget).await;
+            }
+        }
+        None => forward(events, budget, chunk).await,
+    }
+}
+
+/// Forwards what a direct request held back and stops holding.
+async fn release(
+    held: &mut Option<HeldOutput>,
+    events: &mpsc::UnboundedSender<Event>,
+    budget: &tokio::sync::Semaphore,
+) {
+    if let Some(held) = held.take() {
+        for chunk in held.chunks {
+            forward(events, budget, chunk).await;
+        }
+    }
 }
 
 /// Writes a command's payload line on its channel in the background.

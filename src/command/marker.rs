@@ -15,6 +15,7 @@ pub(crate) struct MarkerParser {
     prefix: Vec<u8>,
     pending: Vec<u8>,
     done: bool,
+    traits: Option<String>,
 }
 
 const MARKER_SEARCH_LIMIT: usize = 64 * 1024;
@@ -25,7 +26,14 @@ impl MarkerParser {
             prefix: prefix.as_bytes().to_vec(),
             pending: Vec::new(),
             done: false,
+            traits: None,
         }
+    }
+
+    /// What the marker line said after the pgid (`L bash`: see
+    /// [`BootstrapMode`](crate::command::wrapper)), once the marker has been found.
+    pub(crate) fn traits(&self) -> Option<&str> {
+        self.traits.as_deref()
     }
 
     /// Feeds stderr bytes; returns the pgid once the marker line is complete, and the bytes
@@ -50,11 +58,15 @@ impl MarkerParser {
         else {
             return (None, Vec::new());
         };
-        let pgid = self
+        // `<pgid>` or `<pgid> <traits>`.
+        let line = self
             .pending
             .get(digits_start..newline)
-            .and_then(|digits| std::str::from_utf8(digits).ok())
-            .and_then(|digits| digits.parse::<u32>().ok());
+            .and_then(|line| std::str::from_utf8(line).ok())
+            .unwrap_or_default();
+        let (digits, traits) = line.split_once(' ').unwrap_or((line, ""));
+        let pgid = digits.parse::<u32>().ok();
+        self.traits = Some(traits.trim().to_owned());
         let pending = std::mem::take(&mut self.pending);
         self.done = true;
         let mut out = Vec::new();
@@ -107,6 +119,20 @@ mod tests {
         );
         let (pgid, out) = parser.feed(Bytes::from_static(b"more"));
         assert_eq!((pgid, out), (None, vec![Bytes::from_static(b"more")]));
+        assert_eq!(parser.traits(), Some(""));
+    }
+
+    #[test]
+    fn marker_traits_follow_the_pgid() {
+        let mut parser = MarkerParser::new("@@m:");
+        assert_eq!(parser.traits(), None);
+        let (pgid, out) = parser.feed(Bytes::from_static(
+            b"@@m:77 L bash
+err",
+        ));
+        assert_eq!(pgid, Some(77));
+        assert_eq!(parser.traits(), Some("L bash"));
+        assert_eq!(out, vec![Bytes::from_static(b"err")]);
     }
 
     #[test]

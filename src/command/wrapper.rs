@@ -109,7 +109,11 @@ fn bootstrap(marker: &str, supervision: Option<Supervision>) -> Vec<u8> {
          || { command -v setsid >/dev/null && exec setsid /bin/sh -c \"$1\" sh \"$1\" D; }; }; \
          IFS= read -r w || exit 125; ",
     );
-    script.push_str(&format!("echo \"{marker}$$\" >&2 || exit 125; "));
+    // After the pgid: `L` or `D` (whether the login shell led its own group) and the login
+    // shell's name, from which the connection learns whether it may use the direct form.
+    script.push_str(&format!(
+        "echo \"{marker}$$ ${{2:-L}} ${{SHELL##*/}}\" >&2 || exit 125; "
+    ));
     if let Some(supervision) = supervision {
         script.push_str(&supervisor_line(supervision));
     }
@@ -136,6 +140,130 @@ pub(crate) fn script_request(marker: &str, script: &[u8], data: &[u8]) -> Result
         request: bootstrap(marker, None),
         stdin,
         controlled: false,
+    })
+}
+
+/// Login shells (the name at the end of `$SHELL`) that run the [direct] form themselves:
+/// POSIX shells, all checked by the login-shell tests here and in `tests/compat.rs`.
+const DIRECT_SHELLS: &[&str] = &["sh", "bash", "dash", "ash", "mksh", "zsh"];
+
+/// Whether a connection whose universal bootstrap reported `traits` on its marker line
+/// (`L bash`: it led its own process group, its login shell is bash) may use the [direct]
+/// form.
+pub(crate) fn direct_capable(traits: &str) -> bool {
+    let (group, shell) = traits.split_once(' ').unwrap_or((traits, ""));
+    group == "L" && DIRECT_SHELLS.contains(&shell)
+}
+
+/// Environment names a shell treats specially: exported in the direct form's `sh -c` they
+/// would act in the user's shell (IFS, a cleared PWD), while the universal form's fresh
+/// `sh` starts from its own values, as LocalExecutor's does.
+const SHELL_SPECIAL_NAMES: &[&str] = &[
+    "IFS", "PWD", "OLDPWD", "OPTIND", "PPID", "LINENO", "PS1", "PS2", "PS4", "ENV",
+];
+
+/// The **direct form**: one `/bin/sh` exec fewer per command, for connections whose login
+/// shell is known to be POSIX and to lead its own process group (see [`direct_capable`]).
+///
+/// The login shell itself runs the bootstrap: it reads the `sh -c` text from stdin (a line
+/// count, then the lines, as the `read` builtin takes them one line at a time), prints the
+/// marker, starts the supervisor and then `exec sh -c <text> </dev/null`. The text is the
+/// user's command preceded, on its first line, by the `cd` and the environment changes, so
+/// that the command's line numbers (in `$LINENO` and error messages) are its own. This gives
+/// what the universal form gives, exactly, so only commands for which that holds take it:
+///
+/// * a shell command (not a `#!` script) below [`ARGV_LIMIT`], not starting with `-` or `+`
+///   (`sh -c -x` reads an option);
+/// * no `env_clear`, no environment change to a [name the shell treats
+///   specially](SHELL_SPECIAL_NAMES), no newline in the directory or a value.
+///
+/// One difference remains, documented: a command with a syntax error on its first line in a
+/// directory that does not exist reports the syntax error (status 2) where the universal
+/// form reports the failed `cd` (status 1).
+///
+/// The request is not login-shell neutral (it has a newline between quotes), which is why it
+/// is only sent to shells from [`DIRECT_SHELLS`]. Should the login shell still not run it,
+/// no marker comes back and nothing has run: the executor then runs the command in the
+/// universal form and keeps to that form on this connection.
+pub(crate) fn direct_wrapper(
+    program: &Program,
+    dir: Option<&Path>,
+    env: &EnvPlan,
+    marker: &str,
+    supervision: Supervision,
+) -> Option<Wrapped> {
+    let Program::Shell(command) = program else {
+        return None;
+    };
+    if command.len() > ARGV_LIMIT
+        || command.starts_with(['-', '+'])
+        || command.contains('\0')
+        || env.clear
+    {
+        return None;
+    }
+    let special = |name: &str| SHELL_SPECIAL_NAMES.contains(&name);
+    let mut text = Vec::new();
+    if let Some(dir) = dir {
+        let bytes = dir.as_os_str().as_encoded_bytes();
+        if bytes.contains(&b'\n') || bytes.contains(&0) {
+            return None;
+        }
+        // `./` keeps CDPATH from redirecting (and printing) a relative cd.
+        let mut target = Vec::with_capacity(bytes.len() + 2);
+        if !bytes.starts_with(b"/") {
+            target.extend_from_slice(b"./");
+        }
+        target.extend_from_slice(bytes);
+        text.extend_from_slice(b"cd -- ");
+        text.extend_from_slice(&quote(&target));
+        text.extend_from_slice(b" || exit 1; ");
+    }
+    if env.validate().is_err() {
+        return None;
+    }
+    if !env.remove.is_empty() {
+        text.extend_from_slice(b"unset");
+        for name in &env.remove {
+            if special(name) {
+                return None;
+            }
+            text.push(b' ');
+            text.extend_from_slice(name.as_bytes());
+        }
+        text.extend_from_slice(b"; ");
+    }
+    for (name, value) in &env.set {
+        if special(name) || value.contains(['\n', '\0']) {
+            return None;
+        }
+        text.extend_from_slice(b"export ");
+        text.extend_from_slice(name.as_bytes());
+        text.push(b'=');
+        text.extend_from_slice(&quote(value.as_bytes()));
+        text.extend_from_slice(b"; ");
+    }
+    text.extend_from_slice(command.as_bytes());
+
+    let lines = text.iter().filter(|&&b| b == b'\n').count() + 1;
+    let mut stdin = format!("{lines}\n").into_bytes();
+    stdin.extend_from_slice(&text);
+    stdin.push(b'\n');
+
+    let mut request = String::from(
+        // Not a group leader (a server that does not setsid): no marker, and the executor
+        // falls back to the universal form, which handles that.
+        "kill -0 -$$ 2>/dev/null || exit 124; nl='\n'; \
+         IFS= read -r n || exit 125; IFS= read -r c || exit 125; \
+         while [ \"$n\" -gt 1 ]; do IFS= read -r l || exit 125; c=$c$nl$l; n=$((n-1)); done; ",
+    );
+    request.push_str(&format!("echo \"{marker}$$ L direct\" >&2 || exit 125; "));
+    request.push_str(&supervisor_line(supervision));
+    request.push_str("exec sh -c \"$c\" </dev/null");
+    Some(Wrapped {
+        request: request.into_bytes(),
+        stdin,
+        controlled: true,
     })
 }
 
@@ -265,7 +393,9 @@ pub(crate) fn wrapper(
 }
 
 /// Not part of the API: the exec request and the stdin payload the executor sends for a shell
-/// `command` with no workdir, no environment changes and the default kill grace (1 s). The
+/// `command` with no workdir, no environment changes and the default kill grace (1 s), on a
+/// warm connection to an OpenSSH server whose login shell is POSIX (the [direct](direct_wrapper)
+/// form; the universal form for commands that cannot take it). The
 /// benchmark harness sends them over a bare russh channel, so that the remote work is
 /// identical and the difference is the pool's own cost. After the payload the channel's
 /// stdin must stay open until the command ends (it is the supervisor's control line; EOF
@@ -280,13 +410,11 @@ pub fn exec_request_for_benchmarks(
         grace: std::time::Duration::from_secs(1),
     };
     let program = Program::Shell(command.to_owned());
-    let wrapped = wrapper(
-        &program,
-        None,
-        &EnvPlan::default(),
-        &crate::command::marker::marker_prefix(0),
-        supervision,
-    )?;
+    let marker = crate::command::marker::marker_prefix(0);
+    let wrapped = match direct_wrapper(&program, None, &EnvPlan::default(), &marker, supervision) {
+        Some(direct) => direct,
+        None => wrapper(&program, None, &EnvPlan::default(), &marker, supervision)?,
+    };
     Ok((wrapped.request, wrapped.stdin))
 }
 
@@ -512,6 +640,145 @@ mod tests {
             );
             eprintln!("login shells not installed here, not tested: {missing:?}");
         }
+    }
+
+    #[test]
+    fn direct_form_runs_exactly_what_sh_runs_under_every_posix_login_shell() {
+        use std::os::unix::process::CommandExt;
+        let dir = tempfile::tempdir().unwrap();
+        // Everything but a newline (which sends the command to the universal form).
+        let odd_dir = dir.path().join("it's a \\ $HOME !x \"q\"");
+        std::fs::create_dir(&odd_dir).unwrap();
+        let command = "printf '%s\\n' \"$0\" \"$#\" 'it'\\''s' '\\\\' '!x' \"$V\" \"$LINENO\"; cat <<'EOF'\n$HOME \\\\ `x` !!\nEOF\necho \"$LINENO\"; nosuch_cmd_xyz; pwd; printf 'a\\r\\n'\n";
+        let env = EnvPlan {
+            clear: false,
+            remove: vec!["DROPPED".into()],
+            set: vec![("V".into(), "v'\\\\ $x !y \"z\"".into())],
+        };
+        let marker = "@@m:";
+        let direct = direct_wrapper(
+            &Program::Shell(command.into()),
+            Some(&odd_dir),
+            &env,
+            marker,
+            QUIET,
+        )
+        .expect("eligible for the direct form");
+        assert!(direct.controlled);
+        let expected = Command::new("sh")
+            .arg("-c")
+            .arg(command)
+            .current_dir(&odd_dir)
+            .env("V", "v'\\\\ $x !y \"z\"")
+            .env("DROPPED", "1")
+            .env_remove("DROPPED")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            !expected.stderr.is_empty(),
+            "the reference reports the missing command"
+        );
+        let shells: &[(&str, &[&str])] = &[
+            ("sh", &["sh"]),
+            ("dash", &["dash"]),
+            ("bash", &["bash"]),
+            ("zsh", &["zsh", "-f"]),
+            ("mksh", &["mksh"]),
+            ("ash", &["busybox", "ash"]),
+        ];
+        for (name, invocation) in shells {
+            assert!(direct_capable(&format!("L {name}")), "{name}");
+            if !installed(invocation[0]) {
+                assert!(std::env::var_os("CI").is_none(), "{name} missing in CI");
+                continue;
+            }
+            let mut child = Command::new(invocation[0]);
+            child
+                .args(&invocation[1..])
+                .arg("-c")
+                .arg(std::ffi::OsStr::from_bytes(&direct.request))
+                .env("DROPPED", "still here")
+                // sshd makes the login shell a session (and group) leader.
+                .process_group(0)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            let mut child = child.spawn().unwrap();
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(&direct.stdin)
+                .unwrap();
+            let out = child.wait_with_output().unwrap();
+            let (pgid, stderr) = strip_marker(marker, out.stderr);
+            assert!(
+                pgid.is_some(),
+                "{name}: no marker: {:?}",
+                String::from_utf8_lossy(&stderr)
+            );
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&expected.stdout),
+                "{name}"
+            );
+            assert_eq!(
+                String::from_utf8_lossy(&stderr),
+                String::from_utf8_lossy(&expected.stderr),
+                "{name}"
+            );
+            assert_eq!(out.status.code(), expected.status.code(), "{name}");
+        }
+        use std::os::unix::ffi::OsStrExt;
+    }
+
+    #[test]
+    fn direct_form_is_only_for_what_it_runs_exactly() {
+        let shell = |c: &str| Program::Shell(c.into());
+        let plain = EnvPlan::default();
+        let d = |program: &Program, dir: Option<&Path>, env: &EnvPlan| {
+            direct_wrapper(program, dir, env, "@@m:", QUIET).is_some()
+        };
+        assert!(d(&shell("true"), None, &plain));
+        assert!(!d(&shell("-x"), None, &plain));
+        assert!(!d(&Program::parse("#!/bin/sh\ntrue"), None, &plain));
+        assert!(!d(&shell(&"x".repeat(ARGV_LIMIT + 1)), None, &plain));
+        assert!(!d(&shell("true"), Some(Path::new("a\nb")), &plain));
+        let with = |name: &str, value: &str| EnvPlan {
+            clear: false,
+            remove: vec![],
+            set: vec![(name.into(), value.into())],
+        };
+        assert!(d(&shell("true"), None, &with("A", "1")));
+        assert!(!d(&shell("true"), None, &with("IFS", ":")));
+        assert!(!d(&shell("true"), None, &with("A", "1\n2")));
+        let cleared = EnvPlan {
+            clear: true,
+            ..EnvPlan::default()
+        };
+        assert!(!d(&shell("true"), None, &cleared));
+        assert!(!direct_capable("D bash"));
+        assert!(!direct_capable("L fish"));
+        assert!(!direct_capable("L tcsh"));
+        assert!(!direct_capable(""));
+    }
+
+    #[test]
+    fn direct_form_without_a_group_of_its_own_prints_no_marker_and_runs_nothing() {
+        let direct = direct_wrapper(
+            &Program::Shell("echo ran".into()),
+            None,
+            &EnvPlan::default(),
+            "@@m:",
+            QUIET,
+        )
+        .unwrap();
+        // Not a group leader: the test's own group.
+        let out = run_as(&["bash"], &direct.request, &direct.stdin);
+        assert_eq!(out.status.code(), Some(124));
+        assert!(out.stdout.is_empty() && out.stderr.is_empty(), "{out:?}");
     }
 
     /// Starts a wrapped command locally in its own session (as sshd does) with a pipe for

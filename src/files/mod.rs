@@ -14,6 +14,8 @@ mod remote_fs;
 mod sftp;
 mod stream_files;
 
+/// For the adapters' remote search.
+#[cfg(any(feature = "agent-sdk", feature = "bamboo"))]
 pub(crate) use own_script::{option_safe, quoted_path, run_collect};
 pub use remote_fs::{DirEntry, FileMetadata, FileType};
 pub(crate) use stream_files::{LoadedFile, walk_files};

@@ -26,6 +26,9 @@ pub(crate) async fn run_script(
         stdin: wrapped.stdin.into(),
         marker,
         controlled: wrapped.controlled,
+        // Their stdin carries data, which the direct form's line reading would not leave
+        // alone; they run rarely enough for the universal form.
+        direct: None,
     };
     command::execute(&executor.inner, request, None, sink).await
 }

@@ -182,6 +182,8 @@ impl Pool {
             channel_open_refusals: counters.channel_open_refusals.load(Ordering::Relaxed),
             connections_recycled: counters.sessions_recycled.load(Ordering::Relaxed),
             commands: counters.commands.load(Ordering::Relaxed),
+            direct_requests: counters.direct_requests.load(Ordering::Relaxed),
+            direct_fallbacks: counters.direct_fallbacks.load(Ordering::Relaxed),
             kills: counters.kills.load(Ordering::Relaxed),
             waits: state.statistics.get_waited,
             wait_timeouts: state.statistics.get_timed_out,

@@ -31,6 +31,8 @@ pub(crate) struct Counters {
     pub(crate) channel_open_refusals: AtomicU64,
     pub(crate) sessions_recycled: AtomicU64,
     pub(crate) commands: AtomicU64,
+    pub(crate) direct_requests: AtomicU64,
+    pub(crate) direct_fallbacks: AtomicU64,
     pub(crate) kills: AtomicU64,
 }
 

@@ -22,6 +22,10 @@ use crate::{
 /// bookkeeping by then; see [`Session::note_refused_open`]).
 pub(crate) const REFUSALS_BEFORE_RECYCLE: u32 = 128;
 
+const DIRECT_UNKNOWN: u8 = 0;
+const DIRECT_NO: u8 = 1;
+const DIRECT_YES: u8 = 2;
+
 /// An authenticated connection shared by up to `capacity` commands at once.
 pub(crate) struct Session {
     pub(crate) handle: Handle<ClientHandler>,
@@ -41,6 +45,9 @@ pub(crate) struct Session {
     pub(crate) open_channels: AtomicU32,
     /// Channel opens that succeeded since the last refusal (see [`Session::note_opened`]).
     opens_since_refusal: AtomicU32,
+    /// Which exec request form this connection's login shell takes (see
+    /// [`Session::direct_bootstrap`]).
+    direct_bootstrap: std::sync::atomic::AtomicU8,
     /// The reusable SFTP channel, opened on first use.
     ///
     /// Type-erased so that the pool does not depend on the file layer, which owns the type
@@ -80,6 +87,34 @@ impl Session {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
+    }
+
+    /// Whether commands on this connection may use the exec request's direct form (the
+    /// login shell runs the bootstrap itself; `command::direct_wrapper`): `None` until a
+    /// command's marker line has told, then fixed, except that a failed direct request turns
+    /// it off for good ([`Session::refuse_direct_bootstrap`]).
+    pub(crate) fn direct_bootstrap(&self) -> Option<bool> {
+        match self.direct_bootstrap.load(Ordering::Acquire) {
+            DIRECT_YES => Some(true),
+            DIRECT_NO => Some(false),
+            _ => None,
+        }
+    }
+
+    /// Records what the first marker line said (later ones change nothing).
+    pub(crate) fn learn_direct_bootstrap(&self, capable: bool) {
+        let learned = if capable { DIRECT_YES } else { DIRECT_NO };
+        let _ = self.direct_bootstrap.compare_exchange(
+            DIRECT_UNKNOWN,
+            learned,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+
+    /// A direct request came back without a marker: the login shell is not what it said.
+    pub(crate) fn refuse_direct_bootstrap(&self) {
+        self.direct_bootstrap.store(DIRECT_NO, Ordering::Release);
     }
 
     /// No new slots go here; existing ones finish.
@@ -192,6 +227,7 @@ impl Session {
             refused_opens: AtomicU32::new(0),
             open_channels: AtomicU32::new(0),
             opens_since_refusal: AtomicU32::new(0),
+            direct_bootstrap: std::sync::atomic::AtomicU8::new(DIRECT_UNKNOWN),
             sftp: tokio::sync::Mutex::new(None),
             hops: std::sync::Mutex::new(connection.hops),
         })

@@ -38,6 +38,12 @@ pub struct PoolStats {
     pub connections_recycled: u64,
     /// Commands started.
     pub commands: u64,
+    /// Commands sent in the direct form: the login shell ran the bootstrap itself, one
+    /// `/bin/sh` exec fewer on the server (see [`SshExecutor::execute`](crate::SshExecutor::execute)).
+    pub direct_requests: u64,
+    /// Direct requests the login shell did not run (no marker came back); each was run again
+    /// in the universal form, which its connection then keeps to.
+    pub direct_fallbacks: u64,
     /// Remote process groups killed (timeouts and cancellations).
     pub kills: u64,
     /// Slot checkouts that had to wait.

@@ -267,13 +267,29 @@ pub fn seed(dir: &Path) {
 /// The environment settings both executors get in [`compare`].
 pub const ENVS: [(&str, &str); 2] = [("DIFF_SET", "set"), ("DIFF_QUOTED", "it's \"q\"\n$HOME")];
 
+/// [`ENVS`] without a newline in a value. A newline keeps every command in the universal
+/// exec form; with these, warm commands on a POSIX login shell take the direct form.
+pub const ONE_LINE_ENVS: [(&str, &str); 2] = [
+    ("DIFF_SET", "set"),
+    ("DIFF_QUOTED", "it's \"q\" \\ $HOME !x"),
+];
+
 /// A LocalExecutor and an SSH builder for `dir`, with the same environment plan.
 pub fn executors(dir: &Path, remote: SshExecutorBuilder) -> (LocalExecutor, SshExecutorBuilder) {
+    executors_with(dir, remote, &ENVS)
+}
+
+/// [`executors`] with the environment `envs` (set on both, plus `DIFF_REMOVED` removed).
+pub fn executors_with(
+    dir: &Path,
+    remote: SshExecutorBuilder,
+    envs: &[(&str, &str)],
+) -> (LocalExecutor, SshExecutorBuilder) {
     let local = LocalExecutor::builder()
         .workdir(dir)
         .env_remove(vec!["DIFF_REMOVED".to_owned()])
         .envs(
-            ENVS.iter()
+            envs.iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect::<HashMap<_, _>>(),
         )
@@ -282,7 +298,7 @@ pub fn executors(dir: &Path, remote: SshExecutorBuilder) -> (LocalExecutor, SshE
     let remote = remote
         .workdir(dir)
         .env_remove(["DIFF_REMOVED"])
-        .envs(ENVS.iter().copied());
+        .envs(envs.iter().copied());
     (local, remote)
 }
 
