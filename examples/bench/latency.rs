@@ -15,7 +15,7 @@ use crate::{
     peers::{ControlMaster, kex_curve25519},
     proxy, raw,
     report::Report,
-    stats::{Samples, ms, ratio},
+    stats::{Samples, ms, ratio, self_cpu_secs, tree_cpu_secs},
     time_n,
 };
 
@@ -45,6 +45,8 @@ const VARIANTS: &[(Variant, &str)] = &[
 
 struct InProcess {
     samples: Vec<(Variant, Samples)>,
+    /// Server-side CPU per command (µs): the run's processes minus the client.
+    server_us: Vec<(Variant, f64)>,
     retries: u64,
 }
 
@@ -56,6 +58,13 @@ impl InProcess {
             .map(|(_, s)| s.clone())
             .unwrap_or_default()
     }
+
+    fn server(&self, v: Variant) -> f64 {
+        self.server_us
+            .iter()
+            .find(|(x, _)| *x == v)
+            .map_or(f64::NAN, |(_, us)| *us)
+    }
 }
 
 async fn in_process(conn: &Conn, n: usize) -> anyhow::Result<InProcess> {
@@ -66,6 +75,7 @@ async fn in_process(conn: &Conn, n: usize) -> anyhow::Result<InProcess> {
     let wrapper = raw::executor_request("true", true)?;
     let true_cmd = SwiftideCommand::shell("true");
     let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); VARIANTS.len()];
+    let mut server_cpu = vec![0.0f64; VARIANTS.len()];
     let mut done = 0;
     let mut warm = true;
     let block = 25;
@@ -73,6 +83,7 @@ async fn in_process(conn: &Conn, n: usize) -> anyhow::Result<InProcess> {
     while done < n {
         let k = if warm { 10 } else { block.min(n - done) };
         for (i, (variant, _)) in VARIANTS.iter().enumerate() {
+            let (tree0, self0) = (tree_cpu_secs(), self_cpu_secs());
             for _ in 0..k {
                 let t = Instant::now();
                 let ok = match variant {
@@ -93,6 +104,9 @@ async fn in_process(conn: &Conn, n: usize) -> anyhow::Result<InProcess> {
                     samples[i].push(elapsed);
                 }
             }
+            if !warm {
+                server_cpu[i] += (tree_cpu_secs() - tree0) - (self_cpu_secs() - self0);
+            }
         }
         if warm {
             warm = false;
@@ -103,6 +117,12 @@ async fn in_process(conn: &Conn, n: usize) -> anyhow::Result<InProcess> {
     let retries = executor.pool_stats().channel_open_retries - retries_before;
     executor.close().await;
     Ok(InProcess {
+        server_us: VARIANTS
+            .iter()
+            .zip(&samples)
+            .zip(&server_cpu)
+            .map(|(((v, _), s), cpu)| (*v, cpu / s.len().max(1) as f64 * 1e6))
+            .collect(),
         samples: VARIANTS
             .iter()
             .zip(samples)
@@ -116,7 +136,11 @@ pub fn warm(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
     let n = ctx.size(300, 100);
     let m = ctx.rt.block_on(in_process(&ctx.conn, n))?;
     for (variant, label) in VARIANTS {
-        println!("  {label:<44} {}", m.get(*variant).describe());
+        println!(
+            "  {label:<44} {}; server CPU {:.0} µs/cmd",
+            m.get(*variant).describe(),
+            m.server(*variant)
+        );
     }
     println!("  ours: channel-open retries during the run: {}", m.retries);
     let run = m.get(Variant::Run);
@@ -211,6 +235,27 @@ pub fn warm(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
         format!("raw russh + same request {}", raw_wrapper.short()),
         ratio(wrapper_ratio),
         "(diagnostic: pool + driver only)",
+        None,
+    );
+    // The server's work per command, next to the floors: bash running `true` itself (what
+    // raw russh asks for) and bash starting `/bin/sh -c true` (the least any executor with
+    // LocalExecutor's `sh -c` semantics needs).
+    let raw_sh_true = m.get(Variant::RawShTrue);
+    report.row(
+        "1 server CPU per warm `true` (sshd + shells)",
+        format!("{:.0} µs", m.server(Variant::Run)),
+        format!(
+            "raw russh `true` {:.0} µs; raw `exec /bin/sh -c true` {:.0} µs ({})",
+            m.server(Variant::RawTrue),
+            m.server(Variant::RawShTrue),
+            raw_sh_true.short()
+        ),
+        format!(
+            "{} / {}",
+            ratio(m.server(Variant::Run) / m.server(Variant::RawTrue)),
+            ratio(m.server(Variant::Run) / m.server(Variant::RawShTrue))
+        ),
+        "(diagnostic)",
         None,
     );
     let speedup = cold.median().as_secs_f64() / o;

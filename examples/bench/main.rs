@@ -139,6 +139,9 @@ fn run(args: &[String]) -> anyhow::Result<()> {
         println!("WARNING: debug build; run with --release for meaningful numbers\n");
     }
 
+    // Before the testbed starts, so that its sshd is accounted too.
+    let cpu_scope = stats::enter_cpu_cgroup();
+    println!("{cpu_scope}");
     let tb = Testbed::builder().max_startups("64:30:256").start()?;
     let conn = Ctx::conn_for(&tb);
     let ssh = Ctx::ssh_for(&conn);
@@ -185,6 +188,7 @@ fn run(args: &[String]) -> anyhow::Result<()> {
         sockets,
     };
     let mut report = Report::default();
+    report.note(cpu_scope);
     if let Err(e) = &ctx.asyncssh {
         report.note(format!("asyncssh peer skipped: {e}"));
     }

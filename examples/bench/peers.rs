@@ -308,6 +308,10 @@ impl AsyncSsh {
         for (k, v) in args {
             cmd.arg(format!("{k}={v}"));
         }
+        if let Some((usage, v2)) = crate::stats::tree_cpu_file() {
+            cmd.env("SWB_CPU_USAGE", usage)
+                .env("SWB_CPU_V2", if v2 { "1" } else { "0" });
+        }
         let out = cmd.stdin(Stdio::null()).output()?;
         let stdout = String::from_utf8_lossy(&out.stdout);
         let Some(line) = stdout.lines().rev().find(|l| l.starts_with("RESULT ")) else {

@@ -117,6 +117,73 @@ pub fn self_hwm() -> u64 {
     proc_status_bytes("self", "VmHWM").unwrap_or(0)
 }
 
+/// Where [`tree_cpu_secs`] reads from: a cgroup this benchmark moved itself into before it
+/// started its sshd, so that the figure holds exactly the benchmark's processes (client,
+/// sshd, the sessions' shells and commands, the peers' clients) and nothing else running on
+/// the machine. `None`: no cgroup could be made (not root, no cpuacct/cgroup v2), and the
+/// machine-wide busy time stands in.
+static CPU_CGROUP: std::sync::OnceLock<Option<CpuCgroup>> = std::sync::OnceLock::new();
+
+#[derive(Debug)]
+struct CpuCgroup {
+    /// `cpuacct.usage` (v1, nanoseconds) or `cpu.stat` (v2, `usage_usec`).
+    usage: std::path::PathBuf,
+    v2: bool,
+}
+
+/// Moves this process (and so every process it starts from now on) into a fresh CPU
+/// accounting cgroup. Returns what the CPU figures cover, for the report.
+pub fn enter_cpu_cgroup() -> String {
+    let cgroup = CPU_CGROUP.get_or_init(|| {
+        let pid = std::process::id().to_string();
+        let attempt = |root: &str, v2: bool| -> Option<CpuCgroup> {
+            let dir = std::path::Path::new(root).join(format!("swiftide-bench-{pid}"));
+            std::fs::create_dir_all(&dir).ok()?;
+            std::fs::write(dir.join("cgroup.procs"), &pid).ok()?;
+            let usage = dir.join(if v2 { "cpu.stat" } else { "cpuacct.usage" });
+            usage.exists().then_some(CpuCgroup { usage, v2 })
+        };
+        attempt("/sys/fs/cgroup/cpuacct", false)
+            .or_else(|| attempt("/sys/fs/cgroup", true))
+            .or_else(|| attempt("/sys/fs/cgroup/unified", true))
+    });
+    match cgroup {
+        Some(c) => format!(
+            "CPU figures: this run's processes only (client, sshd, remote shells, peers), from {}",
+            c.usage.display()
+        ),
+        None => "CPU figures: the whole machine's busy time (no cgroup available)".to_owned(),
+    }
+}
+
+/// Busy CPU seconds of the benchmark's process tree (see [`enter_cpu_cgroup`]), or of the
+/// whole machine when there is no cgroup.
+pub fn tree_cpu_secs() -> f64 {
+    let Some(Some(cgroup)) = CPU_CGROUP.get() else {
+        return machine_busy_secs();
+    };
+    let Ok(text) = std::fs::read_to_string(&cgroup.usage) else {
+        return f64::NAN;
+    };
+    if cgroup.v2 {
+        text.lines()
+            .find_map(|l| l.strip_prefix("usage_usec "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .map_or(f64::NAN, |us| us / 1e6)
+    } else {
+        text.trim().parse::<f64>().map_or(f64::NAN, |ns| ns / 1e9)
+    }
+}
+
+/// The file [`tree_cpu_secs`] reads, for peers written in other languages
+/// (`SWB_CPU_USAGE`), with `v2` telling its format.
+pub fn tree_cpu_file() -> Option<(std::path::PathBuf, bool)> {
+    CPU_CGROUP
+        .get()
+        .and_then(Option::as_ref)
+        .map(|c| (c.usage.clone(), c.v2))
+}
+
 /// CPU seconds (user + system) used by this process so far (USER_HZ = 100 on Linux).
 pub fn self_cpu_secs() -> f64 {
     let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
