@@ -167,7 +167,7 @@ impl SshExecutor {
             command::wrapper(&program, dir.as_deref(), &config.env, &marker, supervision)?;
         let direct =
             command::direct_wrapper(&program, dir.as_deref(), &config.env, &marker, supervision)
-                .map(|direct| (direct.request, direct.stdin.into()));
+                .map(|direct| (direct.request, direct.stdin.into(), direct.controlled));
         let request = ExecRequest {
             wrapper: wrapped.request,
             stdin: wrapped.stdin.into(),

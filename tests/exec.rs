@@ -726,3 +726,55 @@ async fn openssh_user_certificates_authenticate_through_the_servers_trusted_ca()
     );
     assert!(err.to_string().contains("different key"), "{err}");
 }
+
+/// Warm commands go in the direct exec form (the login shell runs the bootstrap); with
+/// `kill_on_disconnect(false)` they run without a supervisor, and a timeout kills the group
+/// from a second channel instead.
+#[tokio::test]
+async fn warm_direct_commands_keep_the_kill_with_and_without_a_supervisor() {
+    let tb = testbed();
+    for kill_on_disconnect in [true, false] {
+        let ex = builder(&tb)
+            .kill_on_disconnect(kill_on_disconnect)
+            .kill_grace(Duration::from_millis(200))
+            .max_connections(1)
+            .build()
+            .await
+            .unwrap();
+        // The first command tells the connection which form its login shell runs.
+        let first = ex.run("echo $0 $#; echo e >&2").await.unwrap();
+        let warm = ex.run("echo $0 $#; echo e >&2").await.unwrap();
+        assert_eq!(
+            (first.stdout(), first.stderr()),
+            (b"sh 0\n".to_vec(), b"e\n".to_vec())
+        );
+        assert_eq!(
+            (warm.stdout(), warm.stderr()),
+            (first.stdout(), first.stderr())
+        );
+        let t = token();
+        let pattern = format!("sleep 300.{t}");
+        let out = ex
+            .execute(
+                &format!("trap '' TERM; echo ready; {pattern} & {pattern}"),
+                ExecOptions::default().timeout(Duration::from_millis(400)),
+                &mut |_| {},
+            )
+            .await
+            .unwrap();
+        assert!(
+            matches!(out.status, ExitStatus::TimedOut { .. }),
+            "{:?}",
+            out.status
+        );
+        assert_eq!(out.stdout(), b"ready\n");
+        let left = wait_until_gone(&pattern, Duration::from_secs(3)).await;
+        assert!(
+            left.is_empty(),
+            "survivors ({kill_on_disconnect}): {left:?}"
+        );
+        let stats = ex.pool_stats();
+        assert_eq!(stats.direct_requests, 2, "{stats:?}");
+        assert_eq!(stats.direct_fallbacks, 0, "{stats:?}");
+    }
+}

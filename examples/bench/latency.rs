@@ -24,6 +24,7 @@ use crate::{
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Variant {
     Run,
+    RunLean,
     ExecCmd,
     RawTrue,
     RawShTrue,
@@ -33,6 +34,7 @@ enum Variant {
 
 const VARIANTS: &[(Variant, &str)] = &[
     (Variant::Run, "ours SshExecutor::run(\"true\")"),
+    (Variant::RunLean, "ours run(\"true\"), kill_on_disconnect(false)"),
     (Variant::ExecCmd, "ours ToolExecutor::exec_cmd(true)"),
     (Variant::RawTrue, "raw russh exec `true`"),
     (Variant::RawShTrue, "raw russh exec `exec /bin/sh -c true`"),
@@ -69,6 +71,7 @@ impl InProcess {
 
 async fn in_process(conn: &Conn, n: usize) -> anyhow::Result<InProcess> {
     let executor = conn.builder().build().await?;
+    let lean = conn.builder().kill_on_disconnect(false).build().await?;
     let target = conn.raw_target();
     let fast = raw::connect(&target, true).await?;
     let nagle = raw::connect(&target, false).await?;
@@ -88,6 +91,7 @@ async fn in_process(conn: &Conn, n: usize) -> anyhow::Result<InProcess> {
                 let t = Instant::now();
                 let ok = match variant {
                     Variant::Run => executor.run("true").await?.status.success(),
+                    Variant::RunLean => lean.run("true").await?.status.success(),
                     Variant::ExecCmd => executor.exec_cmd(&true_cmd).await.is_ok(),
                     Variant::RawTrue => raw::exec(&fast, b"true", |_| {}).await?.0 == Some(0),
                     Variant::RawShTrue => {
@@ -116,6 +120,7 @@ async fn in_process(conn: &Conn, n: usize) -> anyhow::Result<InProcess> {
     }
     let retries = executor.pool_stats().channel_open_retries - retries_before;
     executor.close().await;
+    lean.close().await;
     Ok(InProcess {
         server_us: VARIANTS
             .iter()
@@ -256,6 +261,15 @@ pub fn warm(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
             ratio(m.server(Variant::Run) / m.server(Variant::RawShTrue))
         ),
         "(diagnostic)",
+        None,
+    );
+    let lean = m.get(Variant::RunLean);
+    report.row(
+        "1 warm `true`, `kill_on_disconnect(false)` (no supervisor) vs raw russh",
+        format!("{}; server CPU {:.0} µs", lean.short(), m.server(Variant::RunLean)),
+        format!("raw russh {}", raw_true.short()),
+        ratio(lean.median().as_secs_f64() / raw_true.median().as_secs_f64()),
+        "(opt-in)",
         None,
     );
     let speedup = cold.median().as_secs_f64() / o;

@@ -363,6 +363,12 @@ impl SshExecutorBuilder {
     /// closes and, for a silent network cut, once the server's sshd gives up on the client
     /// (OpenSSH 9.2: about 2 × `ClientAliveInterval` × (`ClientAliveCountMax` + 1); without
     /// `ClientAliveInterval` only TCP keepalive, about 2 hours). Defaults to `true`.
+    ///
+    /// With `false`, commands in the direct exec form (warm connections to a POSIX login
+    /// shell) also run without that supervisor: one forked shell less per command, about
+    /// 0.5 ms of server CPU (see BENCHMARKS.md). A kill on timeout or cancellation then goes
+    /// through a second channel, which counts against the server's `MaxSessions` (refusals
+    /// are retried).
     pub fn kill_on_disconnect(mut self, enabled: bool) -> Self {
         self.kill_on_disconnect = enabled;
         self

@@ -51,10 +51,10 @@ pub(crate) struct ExecRequest {
     /// is `K\n` on this channel. Otherwise it is sent from a second channel once the pgid is
     /// known.
     pub(crate) controlled: bool,
-    /// The same command in the direct form (request, stdin; see
+    /// The same command in the direct form (request, stdin, controlled; see
     /// [`direct_wrapper`](fn@crate::command::direct_wrapper)), used instead on connections
-    /// that have learned that their login shell runs it. Always controlled.
-    pub(crate) direct: Option<(Vec<u8>, bytes::Bytes)>,
+    /// that have learned that their login shell runs it.
+    pub(crate) direct: Option<(Vec<u8>, bytes::Bytes, bool)>,
 }
 
 enum Event {
@@ -347,7 +347,7 @@ async fn drive_once(
         .as_ref()
         .filter(|_| slot.session.direct_bootstrap() == Some(true));
     let (exec_text, stdin, controlled) = match direct {
-        Some((text, stdin)) => (text, stdin, true),
+        Some((text, stdin, controlled)) => (text, stdin, *controlled),
         None => (&request.wrapper, &request.stdin, request.controlled),
     };
     if let Err(source) = channel.exec(true, exec_text.clone()).await {

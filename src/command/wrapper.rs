@@ -193,6 +193,10 @@ const SHELL_SPECIAL_NAMES: &[&str] = &[
 /// that the command's line numbers (in `$LINENO` and error messages) are its own. This gives
 /// what the universal form gives, exactly, so only commands for which that holds take it:
 ///
+/// With [`kill_on_disconnect(false)`](crate::SshExecutorBuilder::kill_on_disconnect) the
+/// direct form has no supervisor: its only remaining job, the kill on timeout or
+/// cancellation, is then done from a second channel, as for the crate's own scripts.
+///
 /// * a shell command (not a `#!` script), not starting with `-` or `+` (`sh -c -x` reads an
 ///   option), whose request stays below [`ARGV_LIMIT`];
 /// * no `env_clear`, no environment change to a [name the shell treats
@@ -266,12 +270,18 @@ pub(crate) fn direct_wrapper(
     }
     text.extend_from_slice(command.as_bytes());
 
+    // Without kill-on-disconnect the supervisor's only job would be the kill request, which a
+    // second channel can do as well: the command runs without it, one forked shell less.
+    let supervisor = if supervision.kill_on_disconnect {
+        supervisor_line(supervision)
+    } else {
+        String::new()
+    };
     let mut request = format!(
         // Not a group leader (a server that does not setsid): no marker, and the executor
         // falls back to the universal form, which handles that.
-        "kill -0 -$$ 2>/dev/null || exit 124; {}echo \"{marker}$$ L direct\" >&2 || exit 125; \
-         exec sh -c ",
-        supervisor_line(supervision)
+        "kill -0 -$$ 2>/dev/null || exit 124; {supervisor}\
+         echo \"{marker}$$ L direct\" >&2 || exit 125; exec sh -c "
     )
     .into_bytes();
     request.extend_from_slice(&quote(&text));
@@ -283,7 +293,7 @@ pub(crate) fn direct_wrapper(
     Some(Wrapped {
         request,
         stdin: Vec::new(),
-        controlled: true,
+        controlled: supervision.kill_on_disconnect,
     })
 }
 
@@ -684,7 +694,7 @@ mod tests {
             QUIET,
         )
         .expect("eligible for the direct form");
-        assert!(direct.controlled);
+        assert!(!direct.controlled, "QUIET: no kill-on-disconnect, no supervisor");
         let expected = Command::new("sh")
             .arg("-c")
             .arg(command)
@@ -874,7 +884,8 @@ mod tests {
     fn supervisor_kills_the_group_on_request_even_when_term_is_ignored() {
         use std::io::Write;
         let supervision = Supervision {
-            kill_on_disconnect: false,
+            // (Without kill-on-disconnect the direct form has no supervisor.)
+            kill_on_disconnect: true,
             grace: std::time::Duration::from_millis(200),
         };
         for direct in [false, true] {
