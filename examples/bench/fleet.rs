@@ -81,12 +81,7 @@ impl Endpoints {
     /// The first `n` endpoints, written under `name`.
     fn first(&self, dir: &Path, name: &str, n: usize) -> anyhow::Result<Self> {
         let n = n.min(self.ports.len());
-        Self::write(
-            dir,
-            name,
-            self.ports[..n].to_vec(),
-            self.keys[..n].to_vec(),
-        )
+        Self::write(dir, name, self.ports[..n].to_vec(), self.keys[..n].to_vec())
     }
 
     fn len(&self) -> usize {
@@ -109,7 +104,11 @@ impl Hosts {
         let (mut ports, mut keys) = (Vec::new(), Vec::new());
         while ports.len() < n {
             let (testbed, its_ports) = start_sshd((n - ports.len()).min(PORTS_PER_SSHD))?;
-            keys.extend(its_ports.iter().map(|_| testbed.host_public_key().to_owned()));
+            keys.extend(
+                its_ports
+                    .iter()
+                    .map(|_| testbed.host_public_key().to_owned()),
+            );
             ports.extend(its_ports);
             testbeds.push(testbed);
         }
@@ -744,7 +743,9 @@ fn run_ansible(ansible: &Path, helper: &Path, t: &Target<'_>, scratch: &Path) ->
         let inventory = scratch.join("inventory.ini");
         let mut text = String::from("[fleet]\n");
         for (i, port) in t.endpoints.ports.iter().enumerate() {
-            text.push_str(&format!("h{i} ansible_host=127.0.0.1 ansible_port={port}\n"));
+            text.push_str(&format!(
+                "h{i} ansible_host=127.0.0.1 ansible_port={port}\n"
+            ));
         }
         text.push_str(&format!(
             "[fleet:vars]\nansible_user={}\nansible_ssh_private_key_file={}\nansible_python_interpreter=/usr/bin/python3\n",
@@ -1077,10 +1078,7 @@ pub fn fleet(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
     report.row(
         format!("9 fleet: {n} hosts × `{COMMAND}`, cold, concurrency {CONCURRENCY}"),
         ours.short().trim_start_matches("ours ").to_owned()
-            + &ours
-                .fds
-                .map(|f| format!(", {f} fds"))
-                .unwrap_or_default(),
+            + &ours.fds.map(|f| format!(", {f} fds")).unwrap_or_default(),
         peer_text,
         ratio_text,
         "≥ 1.3× the best peer's wall time, ≤ 1/5 of its client CPU per host",
@@ -1161,7 +1159,11 @@ fn slow_fleet(
                     None => continue,
                 },
             };
-            println!("    {} hosts, concurrency {concurrency}: {}", eps.len(), r.describe());
+            println!(
+                "    {} hosts, concurrency {concurrency}: {}",
+                eps.len(),
+                r.describe()
+            );
             let s = if r.passed() { r.first_bytes() } else { None };
             if let Some(s) = &s {
                 println!(
@@ -1280,7 +1282,11 @@ fn scale(ctx: &Ctx, report: &mut Report, scratch: &Path) -> anyhow::Result<()> {
     let (Some((small_n, small)), Some((big_n, large))) = (runs.first(), runs.last()) else {
         bail!("no scale runs");
     };
-    ensure!(small.passed(), "the {small_n}-host run failed: {}", small.describe());
+    ensure!(
+        small.passed(),
+        "the {small_n}-host run failed: {}",
+        small.describe()
+    );
     let per_host = |r: &Run, n: usize| r.wall().as_secs_f64() * 1e3 / n as f64;
     let curve = runs
         .iter()
