@@ -399,6 +399,8 @@ struct Peers {
     asyncssh_python: Option<PathBuf>,
     pssh: Option<String>,
     ansible: Option<PathBuf>,
+    /// `asyncssh 2.24.1, parallel-ssh 2.3.4, …`
+    versions: String,
     notes: Vec<String>,
 }
 
@@ -444,7 +446,8 @@ impl Peers {
                 None
             }
         };
-        println!("  peers: {}", versions.join(", "));
+        let versions = versions.join(", ");
+        println!("  peers: {versions}");
         for n in &notes {
             println!("  {n}");
         }
@@ -453,6 +456,7 @@ impl Peers {
             asyncssh_python,
             pssh,
             ansible,
+            versions,
             notes,
         })
     }
@@ -827,6 +831,9 @@ fn run_ansible(ansible: &Path, helper: &Path, t: &Target<'_>, scratch: &Path) ->
     run
 }
 
+/// One host's start and first output byte, from the start of the run.
+type HostTimes = (Option<Duration>, Option<Duration>);
+
 /// The child side of `--child fleet-ours`: builds one executor per host, runs the fleet,
 /// and prints one `RESULT` line.
 pub fn child_main(args: &[String]) -> anyhow::Result<()> {
@@ -863,8 +870,7 @@ pub fn child_main(args: &[String]) -> anyhow::Result<()> {
 
     let runtime = tokio::runtime::Runtime::new()?;
     // Per host: when it started, when its first output byte arrived.
-    let times: Arc<Mutex<Vec<(Option<Duration>, Option<Duration>)>>> =
-        Arc::new(Mutex::new(vec![(None, None); ports.len()]));
+    let times: Arc<Mutex<Vec<HostTimes>>> = Arc::new(Mutex::new(vec![(None, None); ports.len()]));
     let cpu0 = self_cpu_secs();
     let started = Instant::now();
     let (report, elapsed) = runtime.block_on(async {
@@ -920,7 +926,7 @@ pub fn child_main(args: &[String]) -> anyhow::Result<()> {
             }
         }
     }
-    let list = |pick: fn(&(Option<Duration>, Option<Duration>)) -> Option<Duration>| {
+    let list = |pick: fn(&HostTimes) -> Option<Duration>| {
         times
             .lock()
             .map(|t| {
@@ -994,6 +1000,10 @@ pub fn fleet(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
         target.join("bench")
     };
     let peers = Peers::setup(ctx, &bench_dir)?;
+    report.note(format!(
+        "9 fleet peers: {}; OpenSSH-based peers with KexAlgorithms=curve25519-sha256 (what russh and asyncssh negotiate)",
+        peers.versions
+    ));
     for note in &peers.notes {
         report.note(format!("9 fleet: {note}"));
     }
@@ -1064,10 +1074,19 @@ pub fn fleet(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
             let speed = best.wall().as_secs_f64() / ours.wall().as_secs_f64();
             let cpu = best.cpu_ms_per_host() / ours.cpu_ms_per_host();
             let process = best.process_wall.as_secs_f64() / ours.process_wall.as_secs_f64();
+            let faster = |x: f64| {
+                if x >= 1.0 {
+                    format!("{x:.2}× faster")
+                } else {
+                    format!("{:.2}× slower", 1.0 / x)
+                }
+            };
             (
                 format!(
-                    "{speed:.2}× faster than {} (whole processes: {process:.2}×); client CPU 1/{cpu:.1} of its",
-                    best.client
+                    "{} than {} (whole processes: {}); client CPU 1/{cpu:.1} of its",
+                    faster(speed),
+                    best.client,
+                    faster(process)
                 ),
                 Some(speed >= 1.3 && cpu >= 5.0),
             )
