@@ -33,7 +33,7 @@ use crate::{
     peers::parse_kv,
     proxy, raw,
     report::Report,
-    stats::{MIB, Samples, self_cpu_secs, self_hwm},
+    stats::{MIB, Samples, machine_busy_secs, self_cpu_secs, self_hwm},
 };
 
 /// sshd's limit on listening sockets per process (`MAX_LISTEN_SOCKS`).
@@ -201,6 +201,9 @@ struct Run {
     tree_rss: u64,
     /// Peak open file descriptors (ours only).
     fds: Option<usize>,
+    /// Busy CPU seconds of the whole machine during the run, minus the client's: sshd, the
+    /// remote shells, and whatever else runs on the machine meanwhile.
+    server_cpu: f64,
     /// Per host that printed: time from the host's start to its first output byte (for
     /// parallel-ssh not attributed to hosts; see `run_pssh`).
     first_byte: Vec<Duration>,
@@ -249,6 +252,10 @@ impl Run {
         if let Some(fds) = self.fds {
             s.push_str(&format!(", peak fds {fds}"));
         }
+        s.push_str(&format!(
+            "; rest of the machine (sshd, shells, other jobs) {:.2} ms/host",
+            self.server_cpu * 1e3 / self.hosts.max(1) as f64
+        ));
         s
     }
 
@@ -550,6 +557,14 @@ struct Target<'a> {
     key: &'a Path,
     /// Hosts in flight at once.
     concurrency: usize,
+}
+
+/// Runs `f` and fills in `server_cpu` from the machine's busy time around it.
+fn with_machine_cpu(f: impl FnOnce() -> Run) -> Run {
+    let busy = machine_busy_secs();
+    let mut run = f();
+    run.server_cpu = (machine_busy_secs() - busy - run.process_cpu).max(0.0);
+    run
 }
 
 fn run_ours(t: &Target<'_>, scratch: &Path) -> Run {
@@ -1027,25 +1042,26 @@ pub fn fleet(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
     let reps = ctx.size(3, 2);
     let (mut ours, mut asyncssh, mut pssh, mut ansible) = (vec![], vec![], vec![], vec![]);
     for rep in 0..reps {
-        let r = run_ours(&target, scratch.path());
+        let r = with_machine_cpu(|| run_ours(&target, scratch.path()));
         println!("    {}", r.describe());
         ours.push(r);
         if let Some(python) = &peers.asyncssh_python {
-            let r = run_asyncssh(python, &peers.helper, &target, scratch.path());
+            let r =
+                with_machine_cpu(|| run_asyncssh(python, &peers.helper, &target, scratch.path()));
             println!("    {}", r.describe());
             asyncssh.push(r);
         }
         if let Some(p) = &peers.pssh
             && (rep == 0 || !ctx.quick)
         {
-            let r = run_pssh(p, &peers.helper, &target, scratch.path());
+            let r = with_machine_cpu(|| run_pssh(p, &peers.helper, &target, scratch.path()));
             println!("    {}", r.describe());
             pssh.push(r);
         }
         if let Some(a) = &peers.ansible
             && rep == 0
         {
-            let r = run_ansible(a, &peers.helper, &target, scratch.path());
+            let r = with_machine_cpu(|| run_ansible(a, &peers.helper, &target, scratch.path()));
             println!("    {}", r.describe());
             ansible.push(r);
         }
