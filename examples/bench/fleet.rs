@@ -202,8 +202,8 @@ struct Run {
     /// Peak open file descriptors (ours only).
     fds: Option<usize>,
     /// Busy CPU seconds of the whole machine during the run, minus the client's: sshd, the
-    /// remote shells, and whatever else runs on the machine meanwhile.
-    server_cpu: f64,
+    /// remote shells, and whatever else runs on the machine meanwhile (when measured).
+    server_cpu: Option<f64>,
     /// Per host that printed: time from the host's start to its first output byte (for
     /// parallel-ssh not attributed to hosts; see `run_pssh`).
     first_byte: Vec<Duration>,
@@ -252,10 +252,12 @@ impl Run {
         if let Some(fds) = self.fds {
             s.push_str(&format!(", peak fds {fds}"));
         }
-        s.push_str(&format!(
-            "; rest of the machine (sshd, shells, other jobs) {:.2} ms/host",
-            self.server_cpu * 1e3 / self.hosts.max(1) as f64
-        ));
+        if let Some(cpu) = self.server_cpu {
+            s.push_str(&format!(
+                "; rest of the machine (sshd, shells, other jobs) {:.2} ms/host",
+                cpu * 1e3 / self.hosts.max(1) as f64
+            ));
+        }
         s
     }
 
@@ -563,7 +565,7 @@ struct Target<'a> {
 fn with_machine_cpu(f: impl FnOnce() -> Run) -> Run {
     let busy = machine_busy_secs();
     let mut run = f();
-    run.server_cpu = (machine_busy_secs() - busy - run.process_cpu).max(0.0);
+    run.server_cpu = Some((machine_busy_secs() - busy - run.process_cpu).max(0.0));
     run
 }
 
