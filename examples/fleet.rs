@@ -81,11 +81,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     bar.enable_steady_tick(Duration::from_millis(100));
     let report = fleet
         .run(&command, |event| match event {
-            FleetEvent::Output { host, chunk } => bar.println(format!(
+            FleetEvent::Output { host, chunk, .. } => bar.println(format!(
                 "{host}: {}",
                 String::from_utf8_lossy(chunk.bytes()).trim_end()
             )),
-            FleetEvent::Finished { result } => {
+            FleetEvent::Finished { result, .. } => {
                 bar.inc(1);
                 bar.set_message(format!("last: {} {}", result.host, result.status_text()));
             }

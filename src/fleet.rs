@@ -24,25 +24,37 @@ pub struct Fleet {
 }
 
 /// Something that happened on one host, delivered while the fleet runs.
+///
+/// Each event carries the member's position in [`Fleet::members`]: host names alone are
+/// ambiguous when several members share one (other ports or users on the same machine).
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum FleetEvent<'a> {
     /// The host's command is about to start (its connection may still be opening).
+    #[non_exhaustive]
     Started {
         /// The host.
         host: &'a str,
+        /// The member's position in [`Fleet::members`].
+        member: usize,
     },
     /// A chunk of the host's output, as it arrived.
+    #[non_exhaustive]
     Output {
         /// The host.
         host: &'a str,
+        /// The member's position in [`Fleet::members`].
+        member: usize,
         /// The chunk.
         chunk: &'a OutputChunk,
     },
     /// The host finished (or failed, or ran out of time).
+    #[non_exhaustive]
     Finished {
         /// Its result.
         result: &'a HostResult,
+        /// The member's position in [`Fleet::members`].
+        member: usize,
     },
 }
 
@@ -351,6 +363,7 @@ impl Fleet {
                 if let Some(member) = self.members.get(started_hosts) {
                     on_event(FleetEvent::Started {
                         host: member.host(),
+                        member: started_hosts,
                     });
                 }
                 started_hosts += 1;
@@ -363,7 +376,7 @@ impl Fleet {
                 biased;
                 Some((index, chunk)) = rx.recv() => {
                     if let Some(member) = self.members.get(index) {
-                        on_event(FleetEvent::Output { host: member.host(), chunk: &chunk });
+                        on_event(FleetEvent::Output { host: member.host(), member: index, chunk: &chunk });
                     }
                 }
                 next = runs.next() => match next {
@@ -371,10 +384,10 @@ impl Fleet {
                         // Output sent before the result must be reported first.
                         while let Ok((i, chunk)) = rx.try_recv() {
                             if let Some(member) = self.members.get(i) {
-                                on_event(FleetEvent::Output { host: member.host(), chunk: &chunk });
+                                on_event(FleetEvent::Output { host: member.host(), member: i, chunk: &chunk });
                             }
                         }
-                        on_event(FleetEvent::Finished { result: &result });
+                        on_event(FleetEvent::Finished { result: &result, member: index });
                         if let Some(slot) = results.get_mut(index) {
                             *slot = Some(result);
                         }

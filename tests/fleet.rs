@@ -32,23 +32,50 @@ async fn one_command_on_many_hosts_with_a_dead_one() {
         .concurrency(2)
         .per_host_timeout(Duration::from_secs(2));
     let mut events = Vec::new();
+    // (member, what): all hosts are 127.0.0.1, so only the member index tells them apart.
+    let mut by_member = Vec::new();
     let started = Instant::now();
     let report = fleet
         .run(
             "echo \"hello from $SWIFTIDE_SSH_TESTBED_ID\"",
             |event| match event {
-                FleetEvent::Started { host } => events.push(format!("start {host}")),
-                FleetEvent::Output { chunk, .. } => events.push(format!(
-                    "out {}",
-                    String::from_utf8_lossy(chunk.bytes()).trim()
-                )),
-                FleetEvent::Finished { result } => {
-                    events.push(format!("done {}", result.status_text()))
+                FleetEvent::Started { host, member, .. } => {
+                    events.push(format!("start {host}"));
+                    by_member.push((member, "start".to_owned()));
+                }
+                FleetEvent::Output { chunk, member, .. } => {
+                    let text = String::from_utf8_lossy(chunk.bytes()).trim().to_owned();
+                    events.push(format!("out {text}"));
+                    by_member.push((member, text));
+                }
+                FleetEvent::Finished { result, member, .. } => {
+                    events.push(format!("done {}", result.status_text()));
+                    by_member.push((member, format!("done {}", result.status_text())));
                 }
                 _ => {}
             },
         )
         .await;
+    let mut outputs = 0;
+    for (member, what) in &by_member {
+        if let Some(tb) = hosts.get(*member)
+            && what.starts_with("hello")
+        {
+            assert_eq!(what, &format!("hello from {}", tb.id()), "member {member}");
+            outputs += 1;
+        }
+    }
+    assert_eq!(outputs, 3, "{by_member:?}");
+    for member in 0..4 {
+        let of_member: Vec<&str> = by_member
+            .iter()
+            .filter(|(m, _)| *m == member)
+            .map(|(_, w)| w.as_str())
+            .collect();
+        assert_eq!(of_member.first(), Some(&"start"), "{by_member:?}");
+        let done = if member < 3 { "done ok" } else { "done error" };
+        assert_eq!(of_member.last(), Some(&done), "{by_member:?}");
+    }
     assert_eq!(report.results.len(), 4);
     let summary = report.summary();
     assert_eq!(summary.succeeded, 3, "{report:?}");
@@ -81,7 +108,7 @@ async fn a_slow_host_times_out_without_holding_up_the_others() {
         .run(
             &format!("[ \"$SWIFTIDE_SSH_TESTBED_ID\" = {slow_id} ] && sleep 30; echo done"),
             |event| {
-                if let FleetEvent::Finished { result } = event {
+                if let FleetEvent::Finished { result, .. } = event {
                     finished_order.push(result.status_text());
                 }
             },

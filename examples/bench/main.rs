@@ -9,14 +9,17 @@
 //! cargo run --ignore-rust-version --release --example bench -- --only latency,slowlink
 //! ```
 //!
-//! Scenarios: latency, throughput, streaming, files, stream_files, coldstart, memory, slowlink.
+//! Scenarios: latency, throughput, streaming, files, stream_files, coldstart, memory, slowlink,
+//! fleet.
 //! Peers: raw russh (the floor), the OpenSSH client (cold, ControlMaster, scp, sftp, tar pipe)
-//! and Python asyncssh (installed into a venv under `target/bench/` on first use).
+//! and Python asyncssh (installed into a venv under `target/bench/` on first use); for the fleet
+//! scenario also parallel-ssh (Debian `pssh`) and Ansible (`ansible-core`, venv under `target/bench/`).
 //! Needs root or a user sshd can run as, `openssh-server`, `openssh-client`, `python3`.
 //! Not part of the test suite.
 
 mod bulk;
 mod child;
+mod fleet;
 mod latency;
 mod load;
 mod memory;
@@ -50,6 +53,7 @@ pub const SCENARIOS: &[&str] = &[
     "coldstart",
     "memory",
     "slowlink",
+    "fleet",
 ];
 
 /// Everything a scenario needs.
@@ -102,7 +106,13 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--child") {
         let kind = args.get(1).cloned().unwrap_or_default();
-        if let Err(e) = child::main(&kind, &args[2.min(args.len())..]) {
+        let rest = &args[2.min(args.len())..];
+        let result = if kind == "fleet-ours" {
+            fleet::child_main(rest)
+        } else {
+            child::main(&kind, rest)
+        };
+        if let Err(e) = result {
             eprintln!("child {kind}: {e:#}");
             std::process::exit(1);
         }
@@ -155,7 +165,7 @@ fn run(args: &[String]) -> anyhow::Result<()> {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
     let asyncssh = if only
         .iter()
-        .any(|s| s == "latency" || s == "throughput" || s == "coldstart")
+        .any(|s| s == "latency" || s == "throughput" || s == "coldstart" || s == "fleet")
     {
         println!("peer: Python asyncssh");
         AsyncSsh::setup(&target_dir.join("bench"))
@@ -205,6 +215,7 @@ fn run(args: &[String]) -> anyhow::Result<()> {
             "coldstart" => load::cold_start(&mut ctx, &mut report),
             "memory" => memory::idle_connections(&mut ctx, &mut report),
             "slowlink" => latency::slow_link(&mut ctx, &mut report),
+            "fleet" => fleet::fleet(&mut ctx, &mut report),
             _ => unreachable!(),
         };
         if let Err(e) = result {

@@ -93,3 +93,66 @@ async fn pipe(
         }
     }
 }
+
+/// Starts one delaying listener per target, all on one thread and runtime, and returns the
+/// address to connect to for each target (in order). They live until the process exits.
+pub fn start_many(targets: &[SocketAddr], one_way: Duration) -> std::io::Result<Vec<SocketAddr>> {
+    let targets = targets.to_vec();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("delay-proxies".into())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                let mut addresses = Vec::with_capacity(targets.len());
+                let mut listeners = Vec::with_capacity(targets.len());
+                for target in targets {
+                    match TcpListener::bind("127.0.0.1:0").await {
+                        Ok(listener) => {
+                            addresses.push(listener.local_addr());
+                            listeners.push((listener, target));
+                        }
+                        Err(e) => {
+                            let _ = tx.send(Err(e));
+                            return;
+                        }
+                    }
+                }
+                let _ = tx.send(addresses.into_iter().collect());
+                let accepting: Vec<_> = listeners
+                    .into_iter()
+                    .map(|(listener, target)| {
+                        tokio::spawn(async move {
+                            while let Ok((inbound, _)) = listener.accept().await {
+                                tokio::spawn(async move {
+                                    let Ok(outbound) = TcpStream::connect(target).await else {
+                                        return;
+                                    };
+                                    let _ = inbound.set_nodelay(true);
+                                    let _ = outbound.set_nodelay(true);
+                                    let (ir, iw) = inbound.into_split();
+                                    let (or, ow) = outbound.into_split();
+                                    tokio::spawn(pipe(ir, ow, one_way));
+                                    tokio::spawn(pipe(or, iw, one_way));
+                                });
+                            }
+                        })
+                    })
+                    .collect();
+                for task in accepting {
+                    let _ = task.await;
+                }
+            });
+        })?;
+    rx.recv()
+        .map_err(|_| std::io::Error::other("proxy thread died"))?
+}

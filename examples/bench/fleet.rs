@@ -1,0 +1,1375 @@
+//! Scenario 9: one command (`uname -a`) on a fleet of hosts, cold, against the usual fleet
+//! tools: asyncssh with `asyncio.gather`, parallel-ssh (`pssh`) and Ansible ad-hoc.
+//!
+//! A "host" is a distinct `(127.0.0.1, port)` endpoint. OpenSSH's sshd listens on at most 16
+//! sockets, so the hosts are served by several sshd testbeds with 16 `Port`s each (one
+//! host key per sshd; `known_hosts` has a line per `[127.0.0.1]:port`).
+//!
+//! Every client runs in a process of its own, so that its CPU time and peak RSS are the
+//! run's alone: ours is this binary re-executed (`--child fleet-ours`), the peers run under
+//! `fleet_peers.py rusage`, which reports `RUSAGE_CHILDREN` of their whole process tree.
+//! A run counts only if every host returned the right output; otherwise it is marked
+//! failed and no figure is reported for it.
+
+use std::{
+    collections::HashMap,
+    io::{BufRead, BufReader},
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, bail, ensure};
+use swiftide_ssh_executor::{Fleet, FleetEvent, SshExecutor};
+use swiftide_ssh_testbed::Testbed;
+
+use crate::{
+    Ctx,
+    peers::parse_kv,
+    proxy, raw,
+    report::Report,
+    stats::{MIB, Samples, machine_busy_secs, self_cpu_secs, self_hwm},
+};
+
+/// sshd's limit on listening sockets per process (`MAX_LISTEN_SOCKS`).
+const PORTS_PER_SSHD: usize = 16;
+/// The command every host runs, and what its output must start with.
+const COMMAND: &str = "uname -a";
+const EXPECT: &str = "Linux ";
+/// Hosts in flight at once, for every client (`-p 100`, `-f 100`, `concurrency(100)`).
+const CONCURRENCY: usize = 100;
+/// Per-host deadline: far above any healthy run, so a stuck host fails the run instead of
+/// hanging it.
+const PER_HOST: Duration = Duration::from_secs(120);
+const HELPER: &str = include_str!("fleet_peers.py");
+
+/// Ports with their host keys, written out as the files every client reads: a hosts file
+/// (`127.0.0.1:PORT` per line) and a known_hosts file (`[127.0.0.1]:PORT key` per line).
+#[derive(Debug, Clone)]
+pub struct Endpoints {
+    pub ports: Vec<u16>,
+    pub keys: Vec<String>,
+    pub hosts_file: PathBuf,
+    pub known_hosts: PathBuf,
+}
+
+impl Endpoints {
+    fn write(dir: &Path, name: &str, ports: Vec<u16>, keys: Vec<String>) -> anyhow::Result<Self> {
+        let hosts_file = dir.join(format!("{name}.hosts"));
+        let known_hosts = dir.join(format!("{name}.known_hosts"));
+        let mut hosts = String::new();
+        let mut known = String::new();
+        for (port, key) in ports.iter().zip(&keys) {
+            hosts.push_str(&format!("127.0.0.1:{port}\n"));
+            known.push_str(&format!("[127.0.0.1]:{port} {key}\n"));
+        }
+        std::fs::write(&hosts_file, hosts)?;
+        std::fs::write(&known_hosts, known)?;
+        Ok(Self {
+            ports,
+            keys,
+            hosts_file,
+            known_hosts,
+        })
+    }
+
+    /// The first `n` endpoints, written under `name`.
+    fn first(&self, dir: &Path, name: &str, n: usize) -> anyhow::Result<Self> {
+        let n = n.min(self.ports.len());
+        Self::write(dir, name, self.ports[..n].to_vec(), self.keys[..n].to_vec())
+    }
+
+    fn len(&self) -> usize {
+        self.ports.len()
+    }
+}
+
+/// `n` hosts served by `ceil(n / 16)` sshd testbeds; dropping it stops them all (each
+/// testbed kills its sshd and everything below it).
+pub struct Hosts {
+    testbeds: Vec<Testbed>,
+    pub endpoints: Endpoints,
+    pub user: String,
+    pub key: PathBuf,
+}
+
+impl Hosts {
+    fn start(n: usize, dir: &Path, name: &str) -> anyhow::Result<Self> {
+        let mut testbeds = Vec::new();
+        let (mut ports, mut keys) = (Vec::new(), Vec::new());
+        while ports.len() < n {
+            let (testbed, its_ports) = start_sshd((n - ports.len()).min(PORTS_PER_SSHD))?;
+            keys.extend(
+                its_ports
+                    .iter()
+                    .map(|_| testbed.host_public_key().to_owned()),
+            );
+            ports.extend(its_ports);
+            testbeds.push(testbed);
+        }
+        let first = testbeds.first().context("no testbed started")?;
+        let (user, key) = (first.user().to_owned(), first.private_key_path().to_owned());
+        Ok(Self {
+            endpoints: Endpoints::write(dir, name, ports, keys)?,
+            testbeds,
+            user,
+            key,
+        })
+    }
+
+    fn sshd_count(&self) -> usize {
+        self.testbeds.len()
+    }
+}
+
+/// Ports that are free right now (all bound at once, so they are distinct, then released).
+fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
+    let listeners = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()?;
+    listeners
+        .iter()
+        .map(|l| Ok(l.local_addr()?.port()))
+        .collect()
+}
+
+/// One sshd listening on `n` ports (its own ephemeral port plus `n - 1` `Port` lines),
+/// with `MaxStartups` allowing 100 concurrent handshakes. sshd only logs, and goes on,
+/// when one of several ports cannot be bound, so every port is checked in its log.
+fn start_sshd(n: usize) -> anyhow::Result<(Testbed, Vec<u16>)> {
+    let mut last_error = None;
+    for _ in 0..3 {
+        let extra = free_ports(n.saturating_sub(1))?;
+        let mut builder = Testbed::builder().max_startups("100:30:200");
+        for port in &extra {
+            builder = builder.sshd_config_line(format!("Port {port}"));
+        }
+        let testbed = match builder.start() {
+            Ok(testbed) => testbed,
+            Err(e) => {
+                last_error = Some(anyhow::Error::from(e));
+                continue;
+            }
+        };
+        let mut ports = vec![testbed.port()];
+        ports.extend(extra);
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let missing = loop {
+            let log = testbed.sshd_log();
+            let missing: Vec<u16> = ports
+                .iter()
+                .copied()
+                .filter(|p| !log.contains(&format!("Server listening on 127.0.0.1 port {p}.")))
+                .collect();
+            if missing.is_empty() || Instant::now() > deadline {
+                break missing;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        if missing.is_empty() {
+            return Ok((testbed, ports));
+        }
+        last_error = Some(anyhow::anyhow!("sshd did not bind ports {missing:?}"));
+    }
+    Err(last_error.unwrap_or_else(|| anyhow::anyhow!("sshd did not start")))
+}
+
+/// What one client run did. `None` figures were not measurable for that client.
+#[derive(Debug, Clone, Default)]
+struct Run {
+    client: String,
+    hosts: usize,
+    /// Hosts that returned exit 0 and `Linux …`.
+    ok: usize,
+    /// Spawn to exit of the client process.
+    process_wall: Duration,
+    /// The run itself, measured inside the client (no interpreter start-up or imports).
+    run_wall: Option<Duration>,
+    /// user + system of the client's whole process tree.
+    process_cpu: f64,
+    /// CPU spent inside the run, measured inside the client.
+    run_cpu: Option<f64>,
+    /// Peak RSS of the largest single process (VmHWM for ours, `ru_maxrss` for peers).
+    max_rss: u64,
+    /// Peak of the summed RSS over the client's process tree, sampled every 50 ms (shared
+    /// pages count once per process).
+    tree_rss: u64,
+    /// Peak open file descriptors (ours only).
+    fds: Option<usize>,
+    /// Busy CPU seconds of the whole machine during the run, minus the client's: sshd, the
+    /// remote shells, and whatever else runs on the machine meanwhile (when measured).
+    server_cpu: Option<f64>,
+    /// Per host that printed: time from the host's start to its first output byte (for
+    /// parallel-ssh not attributed to hosts; see `run_pssh`).
+    first_byte: Vec<Duration>,
+    failure: Option<String>,
+}
+
+impl Run {
+    fn passed(&self) -> bool {
+        self.failure.is_none() && self.ok == self.hosts && self.hosts > 0
+    }
+
+    /// The wall time compared across clients: the in-run figure where the client has one.
+    fn wall(&self) -> Duration {
+        self.run_wall.unwrap_or(self.process_wall)
+    }
+
+    fn cpu(&self) -> f64 {
+        self.run_cpu.unwrap_or(self.process_cpu)
+    }
+
+    fn cpu_ms_per_host(&self) -> f64 {
+        self.cpu() * 1e3 / self.hosts.max(1) as f64
+    }
+
+    fn describe(&self) -> String {
+        if let Some(f) = &self.failure {
+            return format!("{}: FAILED ({f})", self.client);
+        }
+        if !self.passed() {
+            return format!(
+                "{}: FAILED ({} of {} hosts correct)",
+                self.client, self.ok, self.hosts
+            );
+        }
+        let mut s = format!(
+            "{}: {:.2} s (process {:.2} s), client CPU {:.2} s = {:.2} ms/host (process tree {:.2} s), peak RSS {:.1} MiB (tree sum {:.1} MiB)",
+            self.client,
+            self.wall().as_secs_f64(),
+            self.process_wall.as_secs_f64(),
+            self.cpu(),
+            self.cpu_ms_per_host(),
+            self.process_cpu,
+            self.max_rss as f64 / MIB,
+            self.tree_rss as f64 / MIB,
+        );
+        if let Some(fds) = self.fds {
+            s.push_str(&format!(", peak fds {fds}"));
+        }
+        if let Some(cpu) = self.server_cpu {
+            s.push_str(&format!(
+                "; rest of the machine (sshd, shells, other jobs) {:.2} ms/host",
+                cpu * 1e3 / self.hosts.max(1) as f64
+            ));
+        }
+        s
+    }
+
+    fn short(&self) -> String {
+        if !self.passed() {
+            return format!("{} failed", self.client);
+        }
+        format!(
+            "{} {:.2} s, CPU {:.2} ms/host, RSS {:.1} MiB",
+            self.client,
+            self.wall().as_secs_f64(),
+            self.cpu_ms_per_host(),
+            self.max_rss.max(self.tree_rss) as f64 / MIB
+        )
+    }
+
+    /// The hosts' times to their first output byte; `None` without any.
+    fn first_bytes(&self) -> Option<Samples> {
+        (!self.first_byte.is_empty()).then(|| Samples::new(self.first_byte.clone()))
+    }
+}
+
+/// The RSS (bytes) summed over `root`'s descendants (not `root` itself), walking
+/// `/proc/<pid>/task/<tid>/children`.
+fn tree_rss(root: u32) -> u64 {
+    let mut total = 0;
+    let mut stack = children(root);
+    while let Some(pid) = stack.pop() {
+        total += crate::stats::proc_status_bytes(&pid.to_string(), "VmRSS").unwrap_or(0);
+        stack.extend(children(pid));
+    }
+    total
+}
+
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|s| {
+            s.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
+/// Runs `cmd` under the rusage wrapper, sampling its tree's RSS and timestamping each
+/// stdout line (relative to the spawn).
+struct Wrapped {
+    status_ok: bool,
+    wall: Duration,
+    lines: Vec<(Duration, String)>,
+    stderr: String,
+    usage: HashMap<String, String>,
+    tree_rss: u64,
+}
+
+fn run_wrapped(
+    helper: &Path,
+    program: &str,
+    args: &[String],
+    env: &[(&str, String)],
+    scratch: &Path,
+) -> anyhow::Result<Wrapped> {
+    let usage_file = scratch.join("rusage.out");
+    let stderr_file = scratch.join("peer.stderr");
+    let _ = std::fs::remove_file(&usage_file);
+    let mut cmd = Command::new("python3");
+    cmd.arg(helper)
+        .arg("rusage")
+        .arg(&usage_file)
+        .arg(program)
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&stderr_file)?);
+    let started = Instant::now();
+    let mut child = cmd.spawn().with_context(|| format!("starting {program}"))?;
+    let stdout = child.stdout.take().context("stdout")?;
+    let reader = std::thread::spawn(move || {
+        let mut lines = Vec::new();
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            lines.push((started.elapsed(), line));
+        }
+        lines
+    });
+    let pid = child.id();
+    let mut peak = 0;
+    let status = loop {
+        peak = peak.max(tree_rss(pid));
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let wall = started.elapsed();
+    let lines = reader.join().unwrap_or_default();
+    let usage = std::fs::read_to_string(&usage_file)
+        .map(|s| parse_kv(s.trim()))
+        .unwrap_or_default();
+    Ok(Wrapped {
+        status_ok: status.success(),
+        wall,
+        lines,
+        stderr: std::fs::read_to_string(&stderr_file).unwrap_or_default(),
+        usage,
+        tree_rss: peak,
+    })
+}
+
+impl Wrapped {
+    fn cpu(&self) -> f64 {
+        let get = |k: &str| {
+            self.usage
+                .get(k)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(f64::NAN)
+        };
+        get("utime") + get("stime")
+    }
+
+    fn max_rss(&self) -> u64 {
+        self.usage
+            .get("maxrss_kb")
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+            * 1024
+    }
+
+    fn stderr_tail(&self) -> String {
+        self.stderr
+            .lines()
+            .rev()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" / ")
+    }
+}
+
+/// The installed peers.
+struct Peers {
+    helper: PathBuf,
+    asyncssh_python: Option<PathBuf>,
+    pssh: Option<String>,
+    ansible: Option<PathBuf>,
+    /// `asyncssh 2.24.1, parallel-ssh 2.3.4, …`
+    versions: String,
+    notes: Vec<String>,
+}
+
+impl Peers {
+    fn setup(ctx: &Ctx, bench_dir: &Path) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(bench_dir)?;
+        let helper = bench_dir.join("fleet_peers.py");
+        std::fs::write(&helper, HELPER)?;
+        let mut notes = Vec::new();
+        let mut versions = Vec::new();
+        let asyncssh_python = match &ctx.asyncssh {
+            Ok(a) => {
+                versions.push(format!("asyncssh {}", a.version));
+                Some(bench_dir.join("venv/bin/python"))
+            }
+            Err(e) => {
+                notes.push(format!("asyncssh peer skipped: {e}"));
+                None
+            }
+        };
+        // Debian's pssh installs the program as `parallel-ssh`.
+        let pssh = ["parallel-ssh", "pssh"].into_iter().find_map(|name| {
+            let out = Command::new(name).arg("--version").output().ok()?;
+            out.status.success().then(|| {
+                let v = String::from_utf8_lossy(&out.stdout).trim().to_owned()
+                    + String::from_utf8_lossy(&out.stderr).trim();
+                versions.push(format!("parallel-ssh {v}"));
+                name.to_owned()
+            })
+        });
+        if pssh.is_none() {
+            notes.push(
+                "parallel-ssh peer skipped: not installed (Debian: apt-get install -y pssh)".into(),
+            );
+        }
+        let ansible = match setup_ansible(&bench_dir.join("ansible-venv")) {
+            Ok((path, version)) => {
+                versions.push(version);
+                Some(path)
+            }
+            Err(e) => {
+                notes.push(format!("Ansible peer skipped: {e}"));
+                None
+            }
+        };
+        let versions = versions.join(", ");
+        println!("  peers: {versions}");
+        for n in &notes {
+            println!("  {n}");
+        }
+        Ok(Self {
+            helper,
+            asyncssh_python,
+            pssh,
+            ansible,
+            versions,
+            notes,
+        })
+    }
+}
+
+/// `ansible-core` in its own venv under `target/bench/` (installed on first use).
+fn setup_ansible(venv: &Path) -> Result<(PathBuf, String), String> {
+    let python = venv.join("bin/python");
+    let ansible = venv.join("bin/ansible");
+    if !python.exists() {
+        println!("  creating a Python venv in {}", venv.display());
+        let out = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(venv)
+            .output()
+            .map_err(|e| format!("python3 not runnable: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "python3 -m venv failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+    }
+    if !ansible.exists() {
+        println!("  pip install ansible-core (into {})", venv.display());
+        let out = Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--timeout",
+                "30",
+                "--retries",
+                "2",
+                "ansible-core",
+            ])
+            .output()
+            .map_err(|e| format!("pip not runnable: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "pip install ansible-core failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+                    .lines()
+                    .last()
+                    .unwrap_or("")
+            ));
+        }
+    }
+    let out = Command::new(&ansible)
+        .arg("--version")
+        .output()
+        .map_err(|e| format!("ansible not runnable: {e}"))?;
+    if !out.status.success() {
+        return Err("ansible --version failed".into());
+    }
+    let version = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()
+        .unwrap_or("ansible")
+        .replace("ansible [core ", "ansible-core ")
+        .trim_end_matches(']')
+        .to_owned();
+    Ok((ansible, version))
+}
+
+/// The OpenSSH client options every OpenSSH-based peer gets: the testbed key, strict host key
+/// checking against the fleet's known_hosts, and curve25519 key exchange: what russh and
+/// asyncssh negotiate with OpenSSH 9.2, and cheaper for sshd than OpenSSH's default
+/// sntrup761x25519 (so the comparison does not charge the peers a costlier handshake).
+fn openssh_options(key: &Path, known_hosts: &Path) -> Vec<String> {
+    [
+        "-F /dev/null".to_owned(),
+        format!("-i {}", key.display()),
+        format!("-o UserKnownHostsFile={}", known_hosts.display()),
+        "-o GlobalKnownHostsFile=/dev/null".into(),
+        "-o StrictHostKeyChecking=yes".into(),
+        "-o BatchMode=yes".into(),
+        "-o IdentitiesOnly=yes".into(),
+        "-o KexAlgorithms=curve25519-sha256".into(),
+    ]
+    .into_iter()
+    .collect()
+}
+
+/// Everything one client run needs to know about the fleet.
+struct Target<'a> {
+    endpoints: &'a Endpoints,
+    user: &'a str,
+    key: &'a Path,
+    /// Hosts in flight at once.
+    concurrency: usize,
+}
+
+/// Runs `f` and fills in `server_cpu` from the machine's busy time around it.
+fn with_machine_cpu(f: impl FnOnce() -> Run) -> Run {
+    let busy = machine_busy_secs();
+    let mut run = f();
+    run.server_cpu = Some((machine_busy_secs() - busy - run.process_cpu).max(0.0));
+    run
+}
+
+fn run_ours(t: &Target<'_>, scratch: &Path) -> Run {
+    let mut run = Run {
+        client: "ours".into(),
+        hosts: t.endpoints.len(),
+        ..Run::default()
+    };
+    let result = (|| -> anyhow::Result<()> {
+        let exe = std::env::current_exe()?;
+        let stderr_file = scratch.join("ours.stderr");
+        let started = Instant::now();
+        let out = Command::new(exe)
+            .arg("--child")
+            .arg("fleet-ours")
+            .arg(format!("hosts={}", t.endpoints.hosts_file.display()))
+            .arg(format!("known_hosts={}", t.endpoints.known_hosts.display()))
+            .arg(format!("user={}", t.user))
+            .arg(format!("key={}", t.key.display()))
+            .arg(format!("concurrency={}", t.concurrency))
+            .stdin(Stdio::null())
+            .stderr(std::fs::File::create(&stderr_file)?)
+            .output()?;
+        run.process_wall = started.elapsed();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let Some(line) = stdout.lines().rev().find(|l| l.starts_with("RESULT ")) else {
+            let stderr = std::fs::read_to_string(&stderr_file).unwrap_or_default();
+            bail!("child failed ({}): {}", out.status, stderr.trim());
+        };
+        let r = parse_kv(line.trim_start_matches("RESULT "));
+        let num = |k: &str| -> anyhow::Result<f64> {
+            r.get(k)
+                .with_context(|| format!("missing {k}"))?
+                .parse::<f64>()
+                .with_context(|| format!("bad {k}"))
+        };
+        run.ok = num("ok")? as usize;
+        run.run_wall = Some(Duration::from_secs_f64(num("elapsed")?));
+        run.run_cpu = Some(num("cpu_in_run")?);
+        run.process_cpu = num("cpu_process")?;
+        run.max_rss = num("hwm")? as u64;
+        run.tree_rss = run.max_rss;
+        run.fds = Some(num("fds_peak")? as usize);
+        run.first_byte = since_start(&r);
+        if let Some(e) = r.get("first_error").filter(|e| !e.is_empty()) {
+            println!("    ours: first error: {}", e.replace('_', " "));
+        }
+        Ok(())
+    })();
+    if let Err(e) = result {
+        run.failure = Some(format!("{e:#}"));
+    }
+    run
+}
+
+/// Per host, `first_ms - start_ms` of a `RESULT` line (hosts without output left out).
+fn since_start(r: &HashMap<String, String>) -> Vec<Duration> {
+    let list = |k: &str| -> Vec<Option<f64>> {
+        r.get(k)
+            .map(|s| s.split(',').map(|v| v.parse::<f64>().ok()).collect())
+            .unwrap_or_default()
+    };
+    list("first_ms")
+        .into_iter()
+        .zip(list("start_ms"))
+        .filter_map(|(first, start)| Some((first? - start?).max(0.0)))
+        .map(|ms| Duration::from_secs_f64(ms / 1e3))
+        .collect()
+}
+
+fn run_asyncssh(python: &Path, helper: &Path, t: &Target<'_>, scratch: &Path) -> Run {
+    let mut run = Run {
+        client: "asyncssh".into(),
+        hosts: t.endpoints.len(),
+        ..Run::default()
+    };
+    let args = vec![
+        helper.display().to_string(),
+        "asyncssh".into(),
+        format!("hosts={}", t.endpoints.hosts_file.display()),
+        format!("user={}", t.user),
+        format!("key={}", t.key.display()),
+        format!("known_hosts={}", t.endpoints.known_hosts.display()),
+        format!("cmd={COMMAND}"),
+        format!("expect={EXPECT}"),
+        format!("concurrency={}", t.concurrency),
+    ];
+    match run_wrapped(helper, &python.display().to_string(), &args, &[], scratch) {
+        Ok(w) => {
+            run.process_wall = w.wall;
+            run.process_cpu = w.cpu();
+            run.max_rss = w.max_rss();
+            run.tree_rss = w.tree_rss;
+            match w.lines.iter().rev().find(|(_, l)| l.starts_with("RESULT ")) {
+                Some((_, line)) => {
+                    let r = parse_kv(line.trim_start_matches("RESULT "));
+                    let get = |k: &str| r.get(k).and_then(|v| v.parse::<f64>().ok());
+                    run.ok = get("ok").unwrap_or(0.0) as usize;
+                    run.run_wall = get("elapsed").map(Duration::from_secs_f64);
+                    run.run_cpu = get("cpu_in_run");
+                    run.first_byte = since_start(&r);
+                    if !w.status_ok || run.ok != run.hosts {
+                        println!("    asyncssh stderr: {}", w.stderr_tail());
+                    }
+                }
+                None => run.failure = Some(format!("no RESULT line: {}", w.stderr_tail())),
+            }
+        }
+        Err(e) => run.failure = Some(format!("{e:#}")),
+    }
+    run
+}
+
+/// parallel-ssh with `-P`: each output line is printed as `127.0.0.1: line` as it arrives
+/// (the host without its port, so lines cannot be told apart by host), and
+/// `[n] time [SUCCESS] 127.0.0.1:PORT` when a host is done. First-byte times: with
+/// `-p 1`, from the previous host's `[SUCCESS]` line (the first host is left out); with
+/// more in flight, from the spawn (interpreter start included).
+fn run_pssh(pssh: &str, helper: &Path, t: &Target<'_>, scratch: &Path) -> Run {
+    let mut run = Run {
+        client: "parallel-ssh".into(),
+        hosts: t.endpoints.len(),
+        ..Run::default()
+    };
+    let args = vec![
+        "-h".into(),
+        t.endpoints.hosts_file.display().to_string(),
+        "-l".into(),
+        t.user.to_owned(),
+        "-p".into(),
+        t.concurrency.to_string(),
+        "-t".into(),
+        PER_HOST.as_secs().to_string(),
+        "-P".into(),
+        "-x".into(),
+        openssh_options(t.key, &t.endpoints.known_hosts).join(" "),
+        COMMAND.into(),
+    ];
+    // Unbuffered, so that `-P` lines reach the pipe as pssh prints them.
+    let env = [("PYTHONUNBUFFERED", "1".to_owned())];
+    match run_wrapped(helper, pssh, &args, &env, scratch) {
+        Ok(w) => {
+            run.process_wall = w.wall;
+            run.process_cpu = w.cpu();
+            run.max_rss = w.max_rss();
+            run.tree_rss = w.tree_rss;
+            let mut outputs = Vec::new();
+            let mut succeeded = std::collections::HashSet::new();
+            let mut previous_done = None;
+            for (at, line) in &w.lines {
+                if let Some(text) = line.strip_prefix("127.0.0.1: ") {
+                    if text.starts_with(EXPECT) {
+                        outputs.push(*at);
+                        match (t.concurrency, previous_done) {
+                            (1, Some(done)) => run.first_byte.push(at.saturating_sub(done)),
+                            (1, None) => {}
+                            _ => run.first_byte.push(*at),
+                        }
+                    }
+                } else if line.contains("[SUCCESS] 127.0.0.1:")
+                    && let Some(port) = line.rsplit(':').next()
+                    && let Ok(port) = port.trim().parse::<u16>()
+                    && t.endpoints.ports.contains(&port)
+                {
+                    succeeded.insert(port);
+                    previous_done = Some(*at);
+                }
+            }
+            run.ok = outputs.len().min(succeeded.len());
+            if run.ok != run.hosts {
+                let sample: Vec<&str> = w.lines.iter().map(|(_, l)| l.as_str()).take(3).collect();
+                println!(
+                    "    parallel-ssh: {} outputs, {} successes; stdout {sample:?}; stderr: {}",
+                    outputs.len(),
+                    succeeded.len(),
+                    w.stderr_tail()
+                );
+            }
+        }
+        Err(e) => run.failure = Some(format!("{e:#}")),
+    }
+    run
+}
+
+/// Ansible ad-hoc: `ansible all -i INVENTORY -m command -a 'uname -a' -f 100 -o`, with
+/// pipelining on (one ssh per host instead of several) and no ControlPersist master (it
+/// would outlive the run); host key checking on through the fleet's known_hosts.
+fn run_ansible(ansible: &Path, helper: &Path, t: &Target<'_>, scratch: &Path) -> Run {
+    let mut run = Run {
+        client: "Ansible".into(),
+        hosts: t.endpoints.len(),
+        ..Run::default()
+    };
+    let result = (|| -> anyhow::Result<()> {
+        let inventory = scratch.join("inventory.ini");
+        let mut text = String::from("[fleet]\n");
+        for (i, port) in t.endpoints.ports.iter().enumerate() {
+            text.push_str(&format!(
+                "h{i} ansible_host=127.0.0.1 ansible_port={port}\n"
+            ));
+        }
+        text.push_str(&format!(
+            "[fleet:vars]\nansible_user={}\nansible_ssh_private_key_file={}\nansible_python_interpreter=/usr/bin/python3\n",
+            t.user,
+            t.key.display()
+        ));
+        std::fs::write(&inventory, text)?;
+        let config = scratch.join("ansible.cfg");
+        std::fs::write(&config, "")?;
+        let home = scratch.join("ansible-home");
+        let ssh_args = openssh_options(t.key, &t.endpoints.known_hosts)
+            .into_iter()
+            .filter(|o| !o.starts_with("-F") && !o.starts_with("-i "))
+            .chain(["-o ControlMaster=no".to_owned()])
+            .collect::<Vec<_>>()
+            .join(" ");
+        let env = [
+            ("ANSIBLE_CONFIG", config.display().to_string()),
+            ("ANSIBLE_HOME", home.display().to_string()),
+            ("ANSIBLE_LOCAL_TEMP", home.join("tmp").display().to_string()),
+            ("ANSIBLE_HOST_KEY_CHECKING", "True".into()),
+            ("ANSIBLE_PIPELINING", "True".into()),
+            ("ANSIBLE_SSH_ARGS", ssh_args),
+            ("ANSIBLE_TIMEOUT", "60".into()),
+            ("ANSIBLE_NOCOLOR", "1".into()),
+            ("ANSIBLE_FORCE_COLOR", "0".into()),
+            ("ANSIBLE_DEPRECATION_WARNINGS", "False".into()),
+        ];
+        let args: Vec<String> = [
+            "all",
+            "-i",
+            &inventory.display().to_string(),
+            "-m",
+            "command",
+            "-a",
+            COMMAND,
+            "-f",
+            &CONCURRENCY.to_string(),
+            "-o",
+        ]
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+        let w = run_wrapped(helper, &ansible.display().to_string(), &args, &env, scratch)?;
+        run.process_wall = w.wall;
+        run.process_cpu = w.cpu();
+        run.max_rss = w.max_rss();
+        run.tree_rss = w.tree_rss;
+        // `h7 | CHANGED | rc=0 | (stdout) Linux …`
+        let mut seen = std::collections::HashSet::new();
+        for (_, line) in &w.lines {
+            if line.contains("| CHANGED | rc=0 | (stdout) Linux ")
+                && let Some(host) = line.split(" | ").next()
+            {
+                seen.insert(host.trim().to_owned());
+            }
+        }
+        run.ok = seen.len();
+        if run.ok != run.hosts {
+            let sample: Vec<&str> = w
+                .lines
+                .iter()
+                .map(|(_, l)| l.as_str())
+                .filter(|l| !l.contains("| CHANGED | rc=0"))
+                .take(2)
+                .collect();
+            println!(
+                "    Ansible: {} of {} correct; e.g. {sample:?}; stderr: {}",
+                run.ok,
+                run.hosts,
+                w.stderr_tail()
+            );
+        }
+        Ok(())
+    })();
+    if let Err(e) = result {
+        run.failure = Some(format!("{e:#}"));
+    }
+    run
+}
+
+/// One host's start and first output byte, from the start of the run.
+type HostTimes = (Option<Duration>, Option<Duration>);
+
+/// The child side of `--child fleet-ours`: builds one executor per host, runs the fleet,
+/// and prints one `RESULT` line.
+pub fn child_main(args: &[String]) -> anyhow::Result<()> {
+    let map: HashMap<String, String> = args
+        .iter()
+        .filter_map(|a| a.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    let get = |k: &str| map.get(k).with_context(|| format!("missing {k}="));
+    let ports: Vec<u16> = std::fs::read_to_string(get("hosts")?)?
+        .lines()
+        .filter_map(|l| l.rsplit_once(':').and_then(|(_, p)| p.parse().ok()))
+        .collect();
+    let concurrency: usize = get("concurrency")?.parse()?;
+    let template = SshExecutor::builder()
+        .user(get("user")?)
+        .private_key_file(get("key")?)
+        .known_hosts_file(get("known_hosts")?)
+        .host("127.0.0.1");
+
+    // Open descriptors, sampled every 20 ms while the fleet runs.
+    let fds_peak = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (fds_peak, stop) = (fds_peak.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let n = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count());
+                fds_peak.fetch_max(n, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+
+    let runtime = tokio::runtime::Runtime::new()?;
+    // Per host: when it started, when its first output byte arrived.
+    let times: Arc<Mutex<Vec<HostTimes>>> = Arc::new(Mutex::new(vec![(None, None); ports.len()]));
+    let cpu0 = self_cpu_secs();
+    let started = Instant::now();
+    let (report, elapsed) = runtime.block_on(async {
+        // Cold: new executors, so every host is a new connection.
+        let members = ports
+            .iter()
+            .map(|&port| template.clone().port(port).build_lazy())
+            .collect::<Result<Vec<_>, _>>()?;
+        let fleet = Fleet::new(members)
+            .concurrency(concurrency)
+            .per_host_timeout(PER_HOST);
+        let report = fleet
+            .run(COMMAND, |event| {
+                let Ok(mut times) = times.lock() else { return };
+                match event {
+                    FleetEvent::Started { member, .. } => {
+                        if let Some(slot) = times.get_mut(member) {
+                            slot.0 = Some(started.elapsed());
+                        }
+                    }
+                    FleetEvent::Output { member, .. } => {
+                        if let Some(slot) = times.get_mut(member) {
+                            slot.1.get_or_insert_with(|| started.elapsed());
+                        }
+                    }
+                    _ => {}
+                }
+            })
+            .await;
+        let elapsed = started.elapsed();
+        anyhow::Ok((report, elapsed))
+    })?;
+    let cpu_in_run = self_cpu_secs() - cpu0;
+    // Still open here: every host's connection stays pooled until the fleet is dropped.
+    let fds_end = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count());
+    fds_peak.fetch_max(fds_end, Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
+    let _ = sampler.join();
+
+    let mut ok = 0;
+    let mut first_error = String::new();
+    for result in &report.results {
+        match &result.outcome {
+            Ok(e) if e.status.success() && e.stdout().starts_with(EXPECT.as_bytes()) => ok += 1,
+            other => {
+                if first_error.is_empty() {
+                    first_error = format!("{other:?}")
+                        .chars()
+                        .take(200)
+                        .map(|c| if c.is_whitespace() { '_' } else { c })
+                        .collect();
+                }
+            }
+        }
+    }
+    let list = |pick: fn(&HostTimes) -> Option<Duration>| {
+        times
+            .lock()
+            .map(|t| {
+                t.iter()
+                    .map(|x| {
+                        pick(x).map_or(String::new(), |d| format!("{:.2}", d.as_secs_f64() * 1e3))
+                    })
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .unwrap_or_default()
+    };
+    let (start_ms, first_ms) = (list(|t| t.0), list(|t| t.1));
+    println!(
+        "RESULT elapsed={} ok={ok} hosts={} cpu_in_run={cpu_in_run} cpu_process={} hwm={} fds_peak={} start_ms={start_ms} first_ms={first_ms} first_error={first_error}",
+        elapsed.as_secs_f64(),
+        ports.len(),
+        self_cpu_secs(),
+        self_hwm(),
+        fds_peak.load(Ordering::Relaxed),
+    );
+    drop(runtime);
+    Ok(())
+}
+
+/// Median RTT of 20 keepalive pings over a raw russh connection through the proxy.
+fn measure_rtt(
+    ctx: &Ctx,
+    port: u16,
+    key: &Path,
+    user: &str,
+    host_key: &str,
+) -> anyhow::Result<Duration> {
+    ctx.rt.block_on(async {
+        let target = raw::Target {
+            host: "127.0.0.1".into(),
+            port,
+            user: user.to_owned(),
+            key: key.to_owned(),
+            host_key: host_key.to_owned(),
+        };
+        let handle = raw::connect(&target, true).await?;
+        let mut samples = Vec::new();
+        for _ in 0..20 {
+            let t = Instant::now();
+            handle.send_ping().await?;
+            samples.push(t.elapsed());
+        }
+        let _ = handle
+            .disconnect(russh::Disconnect::ByApplication, "", "en")
+            .await;
+        anyhow::Ok(Samples::new(samples).median())
+    })
+}
+
+fn median_of(runs: &[Run]) -> Option<Run> {
+    let mut passed: Vec<&Run> = runs.iter().filter(|r| r.passed()).collect();
+    if passed.len() < runs.len() || passed.is_empty() {
+        return runs.iter().find(|r| !r.passed()).cloned();
+    }
+    passed.sort_by_key(|r| r.wall());
+    passed.get(passed.len() / 2).map(|r| (*r).clone())
+}
+
+pub fn fleet(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
+    let n = 100;
+    let bench_dir = {
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
+        target.join("bench")
+    };
+    let peers = Peers::setup(ctx, &bench_dir)?;
+    report.note(format!(
+        "9 fleet peers: {}; OpenSSH-based peers with KexAlgorithms=curve25519-sha256 (what russh and asyncssh negotiate)",
+        peers.versions
+    ));
+    for note in &peers.notes {
+        report.note(format!("9 fleet: {note}"));
+    }
+    let scratch = tempfile::Builder::new().prefix("swb-fleet").tempdir()?;
+    let t = Instant::now();
+    let hosts = Hosts::start(n, scratch.path(), "fleet100")?;
+    println!(
+        "  {n} hosts on {} sshd processes ({} ports each at most), started in {:.1} s",
+        hosts.sshd_count(),
+        PORTS_PER_SSHD,
+        t.elapsed().as_secs_f64()
+    );
+    let target = Target {
+        endpoints: &hosts.endpoints,
+        user: &hosts.user,
+        key: &hosts.key,
+        concurrency: CONCURRENCY,
+    };
+
+    // 1. 100 hosts, cold, every client; ours and asyncssh interleaved.
+    let reps = ctx.size(3, 2);
+    let (mut ours, mut asyncssh, mut pssh, mut ansible) = (vec![], vec![], vec![], vec![]);
+    for rep in 0..reps {
+        let r = with_machine_cpu(|| run_ours(&target, scratch.path()));
+        println!("    {}", r.describe());
+        ours.push(r);
+        if let Some(python) = &peers.asyncssh_python {
+            let r =
+                with_machine_cpu(|| run_asyncssh(python, &peers.helper, &target, scratch.path()));
+            println!("    {}", r.describe());
+            asyncssh.push(r);
+        }
+        if let Some(p) = &peers.pssh
+            && (rep == 0 || !ctx.quick)
+        {
+            let r = with_machine_cpu(|| run_pssh(p, &peers.helper, &target, scratch.path()));
+            println!("    {}", r.describe());
+            pssh.push(r);
+        }
+        if let Some(a) = &peers.ansible
+            && rep == 0
+        {
+            let r = with_machine_cpu(|| run_ansible(a, &peers.helper, &target, scratch.path()));
+            println!("    {}", r.describe());
+            ansible.push(r);
+        }
+    }
+    let ours = median_of(&ours).context("no run of ours")?;
+    let peer_runs: Vec<Run> = [&asyncssh, &pssh, &ansible]
+        .into_iter()
+        .filter_map(|runs| median_of(runs))
+        .collect();
+    let best = peer_runs
+        .iter()
+        .filter(|r| r.passed())
+        .min_by_key(|r| r.wall());
+    let peer_text = if peer_runs.is_empty() {
+        "no peer installed".to_owned()
+    } else {
+        peer_runs
+            .iter()
+            .map(Run::short)
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    let (ratio_text, met) = match (ours.passed(), best) {
+        (true, Some(best)) => {
+            // In-run figures where the peer has them (asyncssh: after its imports).
+            let speed = best.wall().as_secs_f64() / ours.wall().as_secs_f64();
+            let cpu = best.cpu_ms_per_host() / ours.cpu_ms_per_host();
+            let process = best.process_wall.as_secs_f64() / ours.process_wall.as_secs_f64();
+            let faster = |x: f64| {
+                if x >= 1.0 {
+                    format!("{x:.2}× faster")
+                } else {
+                    format!("{:.2}× slower", 1.0 / x)
+                }
+            };
+            (
+                format!(
+                    "{} than {} (whole processes: {}); client CPU 1/{cpu:.1} of its",
+                    faster(speed),
+                    best.client,
+                    faster(process)
+                ),
+                Some(speed >= 1.3 && cpu >= 5.0),
+            )
+        }
+        (false, _) => ("ours failed".to_owned(), Some(false)),
+        (true, None) => ("no peer passed".to_owned(), None),
+    };
+    report.row(
+        format!("9 fleet: {n} hosts × `{COMMAND}`, cold, concurrency {CONCURRENCY}"),
+        ours.short().trim_start_matches("ours ").to_owned()
+            + &ours.fds.map(|f| format!(", {f} fds")).unwrap_or_default(),
+        peer_text,
+        ratio_text,
+        "≥ 1.3× the best peer's wall time, ≤ 1/5 of its client CPU per host",
+        met,
+    );
+
+    // 2. The same fleet through the +20 ms delay proxies.
+    slow_fleet(ctx, report, &peers, &hosts, scratch.path())?;
+
+    // 3. Ours alone at scale.
+    drop(hosts);
+    scale(ctx, report, scratch.path())?;
+    Ok(())
+}
+
+fn slow_fleet(
+    ctx: &Ctx,
+    report: &mut Report,
+    peers: &Peers,
+    hosts: &Hosts,
+    scratch: &Path,
+) -> anyhow::Result<()> {
+    let one_way = Duration::from_millis(10);
+    let targets: Vec<SocketAddr> = hosts
+        .endpoints
+        .ports
+        .iter()
+        .map(|p| SocketAddr::from(([127, 0, 0, 1], *p)))
+        .collect();
+    let proxied = proxy::start_many(&targets, one_way)?;
+    let endpoints = Endpoints::write(
+        scratch,
+        "slow",
+        proxied.iter().map(SocketAddr::port).collect(),
+        hosts.endpoints.keys.clone(),
+    )?;
+    let first_key = endpoints.keys.first().context("no hosts")?;
+    let first_port = *endpoints.ports.first().context("no hosts")?;
+    let rtt = measure_rtt(ctx, first_port, &hosts.key, &hosts.user, first_key)?;
+    println!(
+        "  +20 ms link: {} hosts behind delay proxies, RTT {:.1} ms",
+        endpoints.len(),
+        rtt.as_secs_f64() * 1e3
+    );
+    let in_rtt = |d: Duration| d.as_secs_f64() / rtt.as_secs_f64();
+    // (a) All hosts at once, as above: on this 2-core machine the 100 handshakes queue
+    // for the server's CPU, so this is mostly CPU, not round trips.
+    // (b) A few hosts one at a time (concurrency 1): each host's time from its own start
+    // to its first output byte is then its protocol round trips (plus a little CPU).
+    let sequential = ctx.size(20, 10);
+    let few = endpoints.first(scratch, "slow-few", sequential)?;
+    let mut rows: Vec<(String, Option<Samples>, Option<Samples>)> = Vec::new();
+    let clients: Vec<&str> = ["ours", "asyncssh", "parallel-ssh"]
+        .into_iter()
+        .filter(|c| match *c {
+            "asyncssh" => peers.asyncssh_python.is_some(),
+            "parallel-ssh" => peers.pssh.is_some(),
+            _ => true,
+        })
+        .collect();
+    for client in clients {
+        let mut measured = Vec::new();
+        for (eps, concurrency) in [(&endpoints, CONCURRENCY), (&few, 1)] {
+            let target = Target {
+                endpoints: eps,
+                user: &hosts.user,
+                key: &hosts.key,
+                concurrency,
+            };
+            let r = match client {
+                "ours" => run_ours(&target, scratch),
+                "asyncssh" => match &peers.asyncssh_python {
+                    Some(python) => run_asyncssh(python, &peers.helper, &target, scratch),
+                    None => continue,
+                },
+                _ => match &peers.pssh {
+                    Some(p) => run_pssh(p, &peers.helper, &target, scratch),
+                    None => continue,
+                },
+            };
+            println!(
+                "    {} hosts, concurrency {concurrency}: {}",
+                eps.len(),
+                r.describe()
+            );
+            let s = if r.passed() { r.first_bytes() } else { None };
+            if let Some(s) = &s {
+                println!(
+                    "      first output byte per host: median {:.1} RTT, p90 {:.1}, fastest {:.1} ({} hosts)",
+                    in_rtt(s.median()),
+                    in_rtt(s.p90()),
+                    in_rtt(s.pct(0.0)),
+                    s.n()
+                );
+            }
+            measured.push(s);
+        }
+        let mut it = measured.into_iter();
+        rows.push((client.to_owned(), it.next().flatten(), it.next().flatten()));
+    }
+    let text = |(client, all, one): &(String, Option<Samples>, Option<Samples>)| {
+        let one = one.as_ref().map_or("failed".to_owned(), |s| {
+            format!("{:.1} RTT (p90 {:.1})", in_rtt(s.median()), in_rtt(s.p90()))
+        });
+        let all = all.as_ref().map_or("failed".to_owned(), |s| {
+            format!("{:.1} RTT (p90 {:.1})", in_rtt(s.median()), in_rtt(s.p90()))
+        });
+        format!("{client} {one}; all at once {all}")
+    };
+    let ours = rows.first().and_then(|r| r.2.clone());
+    let best = rows
+        .iter()
+        .skip(1)
+        .filter_map(|(name, _, one)| one.as_ref().map(|s| (name, s.median())))
+        .min_by_key(|(_, m)| *m);
+    let (ratio_text, met) = match (&ours, best) {
+        (Some(o), Some((name, b))) => (
+            format!(
+                "{:.2}× of {name}'s",
+                o.median().as_secs_f64() / b.as_secs_f64()
+            ),
+            Some(o.median() <= b),
+        ),
+        (None, _) => ("ours failed".into(), Some(false)),
+        (Some(_), None) => ("no peer passed".into(), None),
+    };
+    report.row(
+        format!(
+            "9 fleet, +20 ms RTT link (ping {:.1} ms): RTTs from a host's start to its first output byte, median over {} hosts one at a time",
+            rtt.as_secs_f64() * 1e3,
+            few.len()
+        ),
+        rows.first().map(|r| text(r).trim_start_matches("ours ").to_owned()).unwrap_or_default(),
+        rows.iter().skip(1).map(text).collect::<Vec<_>>().join("; ")
+            + "; Ansible not run (over a minute per run; prints a host only when it is done)",
+        ratio_text,
+        "ours ≤ the best peer's",
+        met,
+    );
+    Ok(())
+}
+
+fn scale(ctx: &Ctx, report: &mut Report, scratch: &Path) -> anyhow::Result<()> {
+    let big = 1000;
+    let t = Instant::now();
+    let hosts = Hosts::start(big, scratch, "fleet1000")?;
+    println!(
+        "  scale: {big} hosts on {} sshd processes, started in {:.1} s",
+        hosts.sshd_count(),
+        t.elapsed().as_secs_f64()
+    );
+    let sizes: &[usize] = if ctx.quick {
+        &[100, 1000]
+    } else {
+        &[100, 250, 500, 1000]
+    };
+    let mut runs = Vec::new();
+    for &n in sizes {
+        let endpoints = hosts.endpoints.first(scratch, &format!("scale{n}"), n)?;
+        let target = Target {
+            endpoints: &endpoints,
+            user: &hosts.user,
+            key: &hosts.key,
+            concurrency: CONCURRENCY,
+        };
+        let r = run_ours(&target, scratch);
+        println!(
+            "    {n} hosts: {}{}",
+            r.describe(),
+            if r.passed() {
+                format!(
+                    "; {:.2} ms wall/host",
+                    r.wall().as_secs_f64() * 1e3 / n as f64
+                )
+            } else {
+                String::new()
+            }
+        );
+        runs.push((n, r));
+        // Let the previous run's sshd sessions go away before the next one.
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // Diagnostic: each dial reads and parses the whole known_hosts file, so a fleet whose
+    // file lists every host pays O(hosts) per host. 100 hosts with the 1,000-line file:
+    let mut diag = hosts.endpoints.first(scratch, "scale100-kh", 100)?;
+    diag.known_hosts = hosts.endpoints.known_hosts.clone();
+    let r = run_ours(
+        &Target {
+            endpoints: &diag,
+            user: &hosts.user,
+            key: &hosts.key,
+            concurrency: CONCURRENCY,
+        },
+        scratch,
+    );
+    println!(
+        "    diagnostic, 100 hosts with the {}-line known_hosts: {}",
+        hosts.endpoints.len(),
+        r.describe()
+    );
+    let (Some((small_n, small)), Some((big_n, large))) = (runs.first(), runs.last()) else {
+        bail!("no scale runs");
+    };
+    ensure!(
+        small.passed(),
+        "the {small_n}-host run failed: {}",
+        small.describe()
+    );
+    let per_host = |r: &Run, n: usize| r.wall().as_secs_f64() * 1e3 / n as f64;
+    let curve = runs
+        .iter()
+        .map(|(n, r)| {
+            if r.passed() {
+                format!("{n}: {:.2} ms/host", per_host(r, *n))
+            } else {
+                format!("{n}: failed")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let (ratio_text, met) = if large.passed() {
+        let time = per_host(large, *big_n) / per_host(small, *small_n);
+        let mem = (large.max_rss as f64 / *big_n as f64) / (small.max_rss as f64 / *small_n as f64);
+        (
+            format!("per host: time {time:.2}×, RSS {mem:.2}× of {small_n} hosts'"),
+            Some(time <= 1.5 && mem <= 1.5),
+        )
+    } else {
+        ("failed".into(), Some(false))
+    };
+    report.row(
+        format!("9 fleet: {big_n} hosts × `{COMMAND}`, ours alone, concurrency {CONCURRENCY}"),
+        if large.passed() {
+            format!(
+                "{:.2} s = {:.2} ms/host, CPU {:.2} ms/host, peak RSS {:.1} MiB, {} fds",
+                large.wall().as_secs_f64(),
+                per_host(large, *big_n),
+                large.cpu_ms_per_host(),
+                large.max_rss as f64 / MIB,
+                large.fds.unwrap_or(0)
+            )
+        } else {
+            large.describe()
+        },
+        format!(
+            "{small_n} hosts: {:.2} s, CPU {:.2} ms/host, {:.1} MiB, {} fds ({curve})",
+            small.wall().as_secs_f64(),
+            small.cpu_ms_per_host(),
+            small.max_rss as f64 / MIB,
+            small.fds.unwrap_or(0)
+        ),
+        ratio_text,
+        "no cliff: per-host time and RSS ≤ 1.5× of 100 hosts'",
+        met,
+    );
+    Ok(())
+}
