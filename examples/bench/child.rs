@@ -19,7 +19,7 @@ use swiftide_ssh_executor::SshExecutor;
 use crate::{
     peers::parse_kv,
     raw,
-    stats::{self_hwm, self_rss},
+    stats::{self_cpu_secs, self_hwm, self_rss},
 };
 
 /// Connection parameters handed to a child.
@@ -119,7 +119,8 @@ pub fn main(kind: &str, args: &[String]) -> anyhow::Result<()> {
             num("bytes")?,
             Some(num("cap")? as usize),
         ))?,
-        "stream-raw" => runtime.block_on(stream_raw(&conn, num("bytes")?))?,
+        "stream-raw" => runtime.block_on(stream_raw(&conn, num("bytes")?, false))?,
+        "stream-raw-keep" => runtime.block_on(stream_raw(&conn, num("bytes")?, true))?,
         "mem-ours" => runtime.block_on(mem_ours(
             &conn,
             num("n")? as usize,
@@ -141,6 +142,7 @@ async fn stream_ours(conn: &Conn, bytes: u64, cap: Option<usize>) -> anyhow::Res
     let mut sink = move |chunk: &CommandOutputChunk| {
         sink_count.fetch_add(chunk.as_bytes().len() as u64, Ordering::Relaxed);
     };
+    let cpu = self_cpu_secs();
     let started = Instant::now();
     let output = executor
         .exec_cmd_streaming(
@@ -149,10 +151,11 @@ async fn stream_ours(conn: &Conn, bytes: u64, cap: Option<usize>) -> anyhow::Res
         )
         .await?;
     let elapsed = started.elapsed();
+    let cpu = self_cpu_secs() - cpu;
     let returned = output.len();
     drop(output);
     Ok(format!(
-        "secs={} bytes={} returned={} base_rss={} peak_rss={}",
+        "secs={} cpu={cpu} bytes={} returned={} base_rss={} peak_rss={}",
         elapsed.as_secs_f64(),
         counted.load(Ordering::Relaxed),
         returned,
@@ -161,20 +164,39 @@ async fn stream_ours(conn: &Conn, bytes: u64, cap: Option<usize>) -> anyhow::Res
     ))
 }
 
-async fn stream_raw(conn: &Conn, bytes: u64) -> anyhow::Result<String> {
+/// The floor: one raw russh channel. With `keep` it also keeps every chunk it received (as
+/// any client that returns the whole output must), which costs fresh memory for every byte.
+async fn stream_raw(conn: &Conn, bytes: u64, keep: bool) -> anyhow::Result<String> {
     let handle = raw::connect(&conn.raw_target(), true).await?;
     raw::exec(&handle, b"true", |_| {}).await?;
     let base = self_rss();
+    let cpu = self_cpu_secs();
     let started = Instant::now();
-    let (_, counted) = raw::exec(
-        &handle,
-        format!("head -c {bytes} /dev/zero").as_bytes(),
-        |_| {},
-    )
-    .await?;
+    let mut channel = handle.channel_open_session().await?;
+    channel
+        .exec(true, format!("head -c {bytes} /dev/zero").as_bytes())
+        .await?;
+    channel.eof().await?;
+    let mut counted = 0u64;
+    let mut kept = Vec::new();
+    while let Some(message) = channel.wait().await {
+        match message {
+            russh::ChannelMsg::Data { data } => {
+                counted += data.len() as u64;
+                if keep {
+                    kept.push(data);
+                }
+            }
+            russh::ChannelMsg::Close => break,
+            _ => {}
+        }
+    }
     let elapsed = started.elapsed();
+    let cpu = self_cpu_secs() - cpu;
+    let returned: usize = kept.iter().map(|b| b.len()).sum();
+    drop(kept);
     Ok(format!(
-        "secs={} bytes={counted} base_rss={base} peak_rss={}",
+        "secs={} cpu={cpu} bytes={counted} returned={returned} base_rss={base} peak_rss={}",
         elapsed.as_secs_f64(),
         self_hwm()
     ))
