@@ -34,7 +34,10 @@ enum Variant {
 
 const VARIANTS: &[(Variant, &str)] = &[
     (Variant::Run, "ours SshExecutor::run(\"true\")"),
-    (Variant::RunLean, "ours run(\"true\"), kill_on_disconnect(false)"),
+    (
+        Variant::RunLean,
+        "ours run(\"true\"), kill_on_disconnect(false)",
+    ),
     (Variant::ExecCmd, "ours ToolExecutor::exec_cmd(true)"),
     (Variant::RawTrue, "raw russh exec `true`"),
     (Variant::RawShTrue, "raw russh exec `exec /bin/sh -c true`"),
@@ -266,7 +269,11 @@ pub fn warm(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
     let lean = m.get(Variant::RunLean);
     report.row(
         "1 warm `true`, `kill_on_disconnect(false)` (no supervisor) vs raw russh",
-        format!("{}; server CPU {:.0} µs", lean.short(), m.server(Variant::RunLean)),
+        format!(
+            "{}; server CPU {:.0} µs",
+            lean.short(),
+            m.server(Variant::RunLean)
+        ),
         format!("raw russh {}", raw_true.short()),
         ratio(lean.median().as_secs_f64() / raw_true.median().as_secs_f64()),
         "(opt-in)",

@@ -694,7 +694,10 @@ mod tests {
             QUIET,
         )
         .expect("eligible for the direct form");
-        assert!(!direct.controlled, "QUIET: no kill-on-disconnect, no supervisor");
+        assert!(
+            !direct.controlled,
+            "QUIET: no kill-on-disconnect, no supervisor"
+        );
         let expected = Command::new("sh")
             .arg("-c")
             .arg(command)

@@ -1,5 +1,5 @@
 //! Dialing one connection: TCP (or a jump-host channel), the SSH handshake with the host key
-//! checked, authentication, and the warm-up ping, all under one `connect_timeout` budget.
+//! checked and authentication, all under one `connect_timeout` budget.
 
 use std::{
     borrow::Cow,
@@ -191,31 +191,29 @@ pub(crate) struct Connection {
 }
 
 /// Opens, verifies and authenticates a new connection, directly or through the configured
-/// jump hosts, and pays the first-channel stall with a warm-up ping. Every step runs under
+/// jump hosts. (There used to be a warm-up ping here, against a first-channel stall that was
+/// Nagle's algorithm; with `TCP_NODELAY` set it only cost a round trip per dial: first
+/// command on a new connection 71–76 ms with it and 74–77 ms without, on loopback.) Every
+/// step runs under
 /// `connect_timeout`; with jump hosts, each hop and the target get a budget of their own
 /// (as each `ssh` of an OpenSSH `ProxyJump` chain applies its own `ConnectTimeout`).
 pub(crate) async fn dial(config: &Config, hop_cache: &HopCache, id: u64) -> Result<Connection> {
     let started = Instant::now();
     let russh_config = Arc::new(russh_config(config));
     let peer = Peer::target(config);
-    let (handle, closed, hops, budget) = if config.jump_hosts.is_empty() {
+    let (handle, closed, hops) = if config.jump_hosts.is_empty() {
         let budget = Budget::start(config.connect_timeout);
         let stream = tcp_connect(&peer, &budget).await?;
         let (handle, closed) = handshake(russh_config, stream, &peer, &budget).await?;
-        (handle, closed, None, budget)
+        (handle, closed, None)
     } else {
         let chain = jump::chain(config, hop_cache, russh_config.clone()).await?;
         // The target's budget starts once its last hop is up.
         let budget = Budget::start(config.connect_timeout);
         let stream = chain.open(peer.host, peer.port, &budget).await?;
         let (handle, closed) = handshake(russh_config, stream, &peer, &budget).await?;
-        (handle, closed, Some(chain), budget)
+        (handle, closed, Some(chain))
     };
-
-    // Best effort: a failed ping shows up as a dead session right after.
-    let _ = budget
-        .run((peer.host, peer.port), Phase::Handshake, handle.send_ping())
-        .await;
 
     tracing::debug!(host = %peer.host, port = peer.port, id, hops = config.jump_hosts.len(),
         elapsed = ?started.elapsed(), "connected");

@@ -56,19 +56,8 @@ impl ClientHandler {
         let loaded = {
             let to_read = files.clone();
             tokio::task::spawn_blocking(move || {
-                let mut all = KnownHosts::default();
-                for path in &to_read {
-                    match KnownHosts::load(path) {
-                        Ok(hosts) => all.extend(hosts),
-                        Err(source) => {
-                            return Err(Error::KnownHosts {
-                                path: path.clone(),
-                                source,
-                            });
-                        }
-                    }
-                }
-                Ok(all)
+                KnownHosts::load_all_cached(&to_read)
+                    .map_err(|(path, source)| Error::KnownHosts { path, source })
             })
             .await
             .map_err(|e| Error::KnownHosts {
