@@ -26,14 +26,16 @@
 //! # When to dial another connection
 //!
 //! With a live connection and no room on it, another connection is dialed only when callers
-//! are still waiting after about as long as a dial takes (smoothed over the dials so far;
+//! are still waiting after about two dial times (smoothed over the dials so far;
 //! [`Registry::place`]). Room usually comes sooner: a new connection grows with each open
-//! (slow start, below), and short commands hand their slots back within milliseconds. Dialing
-//! whenever every connection was full made 64 cold callers dial 4 connections one after
-//! another, each handshake taking server CPU from the commands (benchmark `coldstart`: 0.45 s;
-//! with the wait 2 dials and 0.33–0.35 s, the same as one connection). Callers behind long
-//! commands lose at most one dial time; a burst of short ones wastes at most one handshake.
-//!
+//! (slow start, below), and short commands hand their slots back within milliseconds, while a
+//! handshake takes server CPU from the running commands. Dialing whenever every connection
+//! was full made 64 cold callers dial 4 connections one after another (benchmark `coldstart`,
+//! `--quick`, load average 3–4: 0.43 s); with the wait 0.27–0.29 s, the same as with
+//! `max_connections(1)` (asyncssh with one connection: 0.21–0.24 s in the same runs; the rest is
+//! the server's work per command). Callers behind long commands wait at most the two dial
+//! times for a second connection; a burst of short ones wastes at most one handshake.
+
 //! # Channel slots and OpenSSH
 //!
 //! OpenSSH allows `MaxSessions` (10) channels per connection and frees a slot some time
