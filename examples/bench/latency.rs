@@ -25,6 +25,7 @@ use crate::{
 enum Variant {
     Run,
     RunLean,
+    RunNoSpare,
     ExecCmd,
     RawTrue,
     RawShTrue,
@@ -38,6 +39,7 @@ const VARIANTS: &[(Variant, &str)] = &[
         Variant::RunLean,
         "ours run(\"true\"), kill_on_disconnect(false)",
     ),
+    (Variant::RunNoSpare, "ours run(\"true\"), spare_channels(0)"),
     (Variant::ExecCmd, "ours ToolExecutor::exec_cmd(true)"),
     (Variant::RawTrue, "raw russh exec `true`"),
     (Variant::RawShTrue, "raw russh exec `exec /bin/sh -c true`"),
@@ -75,6 +77,7 @@ impl InProcess {
 async fn in_process(conn: &Conn, n: usize) -> anyhow::Result<InProcess> {
     let executor = conn.builder().build().await?;
     let lean = conn.builder().kill_on_disconnect(false).build().await?;
+    let no_spare = conn.builder().spare_channels(0).build().await?;
     let target = conn.raw_target();
     let fast = raw::connect(&target, true).await?;
     let nagle = raw::connect(&target, false).await?;
@@ -95,6 +98,7 @@ async fn in_process(conn: &Conn, n: usize) -> anyhow::Result<InProcess> {
                 let ok = match variant {
                     Variant::Run => executor.run("true").await?.status.success(),
                     Variant::RunLean => lean.run("true").await?.status.success(),
+                    Variant::RunNoSpare => no_spare.run("true").await?.status.success(),
                     Variant::ExecCmd => executor.exec_cmd(&true_cmd).await.is_ok(),
                     Variant::RawTrue => raw::exec(&fast, b"true", |_| {}).await?.0 == Some(0),
                     Variant::RawShTrue => {
@@ -122,8 +126,14 @@ async fn in_process(conn: &Conn, n: usize) -> anyhow::Result<InProcess> {
         }
     }
     let retries = executor.pool_stats().channel_open_retries - retries_before;
+    let stats = executor.pool_stats();
+    println!(
+        "  ours: spare channels opened {}, commands on a spare {} of {}",
+        stats.spare_channels_opened, stats.spare_channels_used, stats.commands
+    );
     executor.close().await;
     lean.close().await;
+    no_spare.close().await;
     Ok(InProcess {
         server_us: VARIANTS
             .iter()
@@ -336,11 +346,13 @@ async fn slow_in_process(
     dir: &std::path::Path,
 ) -> anyhow::Result<(Samples, Samples, Samples, Samples, u64, SlowFiles)> {
     let executor: SshExecutor = conn.builder().build().await?;
+    let no_spare: SshExecutor = conn.builder().spare_channels(0).build().await?;
     let target = conn.raw_target();
     let fast = raw::connect(&target, true).await?;
     let nagle = raw::connect(&target, false).await?;
     for _ in 0..3 {
         executor.run("true").await?;
+        no_spare.run("true").await?;
         raw::exec(&fast, b"true", |_| {}).await?;
         raw::exec(&nagle, b"true", |_| {}).await?;
     }
@@ -351,11 +363,14 @@ async fn slow_in_process(
         rtt.push(t.elapsed());
     }
     let retries_before = executor.pool_stats().channel_open_retries;
-    let (mut ours, mut r1, mut r2) = (vec![], vec![], vec![]);
+    let (mut ours, mut r1, mut r2, mut r3) = (vec![], vec![], vec![], vec![]);
     for _ in 0..n {
         let t = Instant::now();
         ensure!(executor.run("true").await?.status.success());
         ours.push(t.elapsed());
+        let t = Instant::now();
+        ensure!(no_spare.run("true").await?.status.success());
+        r3.push(t.elapsed());
         let t = Instant::now();
         raw::exec(&fast, b"true", |_| {}).await?;
         r1.push(t.elapsed());
@@ -364,6 +379,15 @@ async fn slow_in_process(
         r2.push(t.elapsed());
     }
     let retries = executor.pool_stats().channel_open_retries - retries_before;
+    let stats = executor.pool_stats();
+    println!(
+        "  ours run(\"true\"), spare_channels(0)     {} = {:.2} RTT; commands on a spare {} of {}",
+        Samples::new(r3.clone()).describe(),
+        Samples::new(r3).median().as_secs_f64() / Samples::new(rtt.clone()).median().as_secs_f64(),
+        stats.spare_channels_used,
+        stats.commands
+    );
+    no_spare.close().await;
     let files = slow_files(&executor, &fast, dir, n.min(20)).await?;
     executor.close().await;
     Ok((

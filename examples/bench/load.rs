@@ -542,13 +542,14 @@ async fn cold_batch(executor: SshExecutor, callers: usize) -> (Duration, usize, 
     let stats = executor.pool_stats();
     let done = Samples::new(done);
     let timeline = format!(
-        "connections ready at [{}]; callers done: first {}, median {}, last {}; channel-open retries {}, slot waits {}",
+        "connections ready at [{}]; callers done: first {}, median {}, last {}; channel-open retries {}, slot waits {}, dials {}",
         opened.iter().map(|d| ms(*d)).collect::<Vec<_>>().join(", "),
         ms(done.pct(0.0)),
         ms(done.median()),
         ms(done.pct(1.0)),
         stats.channel_open_retries,
-        stats.waits
+        stats.waits,
+        stats.dials
     );
     executor.close().await;
     (elapsed, errors, stats.dials, timeline)
@@ -628,6 +629,11 @@ pub fn cold_start(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
     println!(
         "  ours, max_connections=8:   {}  errors {eight_errors}, dials {eight_dials}",
         eight.describe()
+    );
+    let (one, one_errors, _) = measure(1)?;
+    println!(
+        "  ours, max_connections=1:   {}  errors {one_errors} (reference: one connection, as asyncssh)",
+        one.describe()
     );
     let asyncssh = match &ctx.asyncssh {
         Ok(a) => {

@@ -30,6 +30,7 @@ pub struct SshExecutorBuilder {
     envs: HashMap<String, String>,
     max_connections: u32,
     channels_per_connection: u32,
+    spare_channels: u32,
     connect_timeout: Duration,
     pool_wait_timeout: Duration,
     idle_timeout: Option<Duration>,
@@ -85,6 +86,7 @@ impl Default for SshExecutorBuilder {
             envs: HashMap::new(),
             max_connections: 4,
             channels_per_connection: 8,
+            spare_channels: 1,
             connect_timeout: Duration::from_secs(10),
             pool_wait_timeout: Duration::from_secs(30),
             idle_timeout: Some(Duration::from_secs(600)),
@@ -304,6 +306,23 @@ impl SshExecutorBuilder {
         self
     }
 
+    /// Session channels each connection keeps open ahead of demand, so that a command starts
+    /// without the channel-open round trip (one round trip less per command: over a 20 ms link
+    /// a warm `true` goes from 3 to 2 round trips). A command takes a spare when one is ready
+    /// and a replacement is opened in the background.
+    ///
+    /// Spares count against the connection's channel limit (`channels_per_connection`, lowered
+    /// to what the server allows when it refuses a channel): they are opened only while a
+    /// running command could not need that room, so the server's `MaxSessions` is never
+    /// exceeded because of them. The cost of an idle spare is one of the server's session
+    /// slots (sshd starts no process until a command runs on it); spares close with their
+    /// connection (idle reaping, `close()`, maximum lifetime). `0` turns them off.
+    /// Defaults to 1.
+    pub fn spare_channels(mut self, n: u32) -> Self {
+        self.spare_channels = n;
+        self
+    }
+
     /// Deadline for TCP connect, handshake and authentication together, and for each channel
     /// open. Defaults to 10 seconds.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
@@ -439,6 +458,7 @@ impl SshExecutorBuilder {
             env,
             max_connections: self.max_connections,
             channels_per_connection: self.channels_per_connection,
+            spare_channels: self.spare_channels,
             connect_timeout: self.connect_timeout,
             pool_wait_timeout: self.pool_wait_timeout,
             idle_timeout: self.idle_timeout,

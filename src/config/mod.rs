@@ -34,6 +34,8 @@ pub(crate) struct Config {
     pub(crate) env: EnvPlan,
     pub(crate) max_connections: u32,
     pub(crate) channels_per_connection: u32,
+    /// Opened-but-unused session channels kept per connection (see `pool::session`).
+    pub(crate) spare_channels: u32,
     pub(crate) connect_timeout: Duration,
     pub(crate) pool_wait_timeout: Duration,
     pub(crate) idle_timeout: Option<Duration>,
@@ -67,6 +69,7 @@ impl fmt::Debug for Config {
             )
             .field("max_connections", &self.max_connections)
             .field("channels_per_connection", &self.channels_per_connection)
+            .field("spare_channels", &self.spare_channels)
             .field("connect_timeout", &self.connect_timeout)
             .field("pool_wait_timeout", &self.pool_wait_timeout)
             .field("idle_timeout", &self.idle_timeout)

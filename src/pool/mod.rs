@@ -17,12 +17,25 @@
 //!
 //! # Errors reach the caller
 //!
-//! bb8 dials in background tasks and reports only a timeout to `get()`. So when no slot is
-//! idle and no connection has room, the *caller's* task dials first
-//! ([`Registry::dial_if_needed`]): a wrong host key or refused login comes back at once as a
-//! typed error rather than as a pool timeout. Later dial errors are recorded and attached to
-//! [`Error::PoolTimeout`].
+//! bb8 dials in background tasks and reports only a timeout to `get()`. So when there is no
+//! live connection, the *caller's* task dials first ([`Registry::dial_if_needed`]; callers
+//! that arrive meanwhile wait for that one dial): a wrong host key or refused login comes back
+//! at once as a typed error rather than as a pool timeout. Later dial errors are recorded and
+//! attached to [`Error::PoolTimeout`].
 //!
+//! # When to dial another connection
+//!
+//! With a live connection and no room on it, another connection is dialed only when callers
+//! are still waiting after about two dial times (smoothed over the dials so far;
+//! [`Registry::place`]). Room usually comes sooner: a new connection grows with each open
+//! (slow start, below), and short commands hand their slots back within milliseconds, while a
+//! handshake takes server CPU from the running commands. Dialing whenever every connection
+//! was full made 64 cold callers dial 4 connections one after another (benchmark `coldstart`,
+//! `--quick`, load average 3–4: 0.43 s); with the wait 0.27–0.29 s, the same as with
+//! `max_connections(1)` (asyncssh with one connection: 0.21–0.24 s in the same runs; the rest is
+//! the server's work per command). Callers behind long commands wait at most the two dial
+//! times for a second connection; a burst of short ones wastes at most one handshake.
+
 //! # Channel slots and OpenSSH
 //!
 //! OpenSSH allows `MaxSessions` (10) channels per connection and frees a slot some time
@@ -35,6 +48,29 @@
 //! one per successful open up to the learned capacity, then probe one more every 32 opens
 //! ([`Session::note_opened`]), so a server with a smaller `MaxSessions` costs a few refusals
 //! per executor, not one per command.
+//!
+//! # Spare channels
+//!
+//! A command on a pooled connection would pay a round trip for its channel open before its
+//! exec request. Each connection therefore keeps up to
+//! [`spare_channels`](crate::SshExecutorBuilder::spare_channels) (default 1) session channels
+//! opened ahead of demand ([`session::Spares`]): a command takes a ready one, or waits for one
+//! being opened (it arrives sooner than a channel of its own), and a replacement is opened in
+//! a task of its own (an open is never cancelled halfway: that would leave a channel the
+//! server holds). Spares count against the connection's capacity: one is opened only while
+//! `commands claiming a channel + spares < capacity`, and since each claim holds a slot and
+//! slots never exceed the capacity, commands plus spares never exceed it either (so never
+//! the server's `MaxSessions`, with the SFTP and kill channels' room kept). A refused spare
+//! open teaches the capacity like any refusal and fails no command; capacity that drops
+//! releases the spares beyond it. A spare the server has closed, or whose connection is known to
+//! be dead, is dropped and the command opens a channel of its own. Spares
+//! close with their connection (idle reaping, `close()`, maximum lifetime, recycling); an
+//! idle connection holds its spares (one sshd session slot each, no remote process).
+//!
+//! Over a 20 ms link a warm `true` takes 2.1–2.2 round trips with a spare and 3.2 without
+//! (benchmark `slowlink`). Not 1: OpenSSH opens a session channel with a zero window and
+//! opens it only once the exec request has started the session, so the payload line on
+//! stdin (see `command::wrapper`) waits one round trip for the window.
 //!
 //! # Recycling
 //!
@@ -129,6 +165,8 @@ impl Pool {
     pub(crate) async fn acquire_slot(&self) -> Result<PooledSlot> {
         let state = self.slots.state();
         self.registry.dial_if_needed(state.idle_connections).await?;
+        // Counted while waiting: a dial for more room is made only for callers still waiting.
+        let _waiting = self.registry.waiting();
         self.slots.get_owned().await.map_err(|e| match e {
             bb8::RunError::User(e) => e,
             bb8::RunError::TimedOut => Error::PoolTimeout {
@@ -185,6 +223,18 @@ impl Pool {
             direct_requests: counters.direct_requests.load(Ordering::Relaxed),
             direct_fallbacks: counters.direct_fallbacks.load(Ordering::Relaxed),
             kills: counters.kills.load(Ordering::Relaxed),
+            open_channels: sessions
+                .iter()
+                .filter(|s| !s.is_dead())
+                .map(|s| s.open_channels.load(Ordering::Relaxed))
+                .sum(),
+            spare_channels: sessions
+                .iter()
+                .filter(|s| !s.is_dead())
+                .map(|s| s.ready_spares())
+                .sum(),
+            spare_channels_opened: counters.spares_opened.load(Ordering::Relaxed),
+            spare_channels_used: counters.spares_used.load(Ordering::Relaxed),
             waits: state.statistics.get_waited,
             wait_timeouts: state.statistics.get_timed_out,
             wait_time: state.statistics.get_wait_time,

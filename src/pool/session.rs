@@ -3,14 +3,16 @@
 
 use std::{
     any::Any,
+    collections::VecDeque,
     sync::{
-        Arc,
+        Arc, MutexGuard,
         atomic::{AtomicBool, AtomicU32, Ordering},
     },
     time::{Duration, Instant},
 };
 
-use russh::client::Handle;
+use russh::client::{Handle, Msg};
+use tokio::sync::oneshot;
 
 use crate::{
     config::Config,
@@ -48,6 +50,9 @@ pub(crate) struct Session {
     /// Which exec request form this connection's login shell takes (see
     /// [`Session::direct_bootstrap`]).
     direct_bootstrap: std::sync::atomic::AtomicU8,
+    /// Session channels opened ahead of demand, and the commands claiming channels here
+    /// (see [`Spares`]).
+    spares: std::sync::Mutex<Spares>,
     /// The reusable SFTP channel, opened on first use.
     ///
     /// Type-erased so that the pool does not depend on the file layer, which owns the type
@@ -202,6 +207,11 @@ impl Session {
                 .disconnect(russh::Disconnect::ByApplication, "", "en"),
         )
         .await;
+        // The channels went with the connection: forget the spares (their count included).
+        let spares = std::mem::take(&mut self.lock_spares().ready);
+        self.open_channels
+            .fetch_sub(count_u32(spares.len()), Ordering::AcqRel);
+        drop(spares);
         // The registry may keep this session around for a while (after `close`, say): let
         // go of the hop chain now, so its connections close once no session needs them.
         self.hops
@@ -228,6 +238,7 @@ impl Session {
             open_channels: AtomicU32::new(0),
             opens_since_refusal: AtomicU32::new(0),
             direct_bootstrap: std::sync::atomic::AtomicU8::new(DIRECT_UNKNOWN),
+            spares: std::sync::Mutex::new(Spares::default()),
             sftp: tokio::sync::Mutex::new(None),
             hops: std::sync::Mutex::new(connection.hops),
         })
@@ -246,20 +257,230 @@ pub(crate) const CAPACITY_PROBE_AFTER: u32 = 32;
 pub(crate) const SLOW_START: u32 = 4;
 
 /// Counts one open command (or kill) channel on a session while it lives: what
-/// [`Session::learn_from_refusal`] compares the server's limit with.
+/// [`Session::learn_from_refusal`] compares the server's limit with. A command's count also
+/// holds its claim (see [`Spares`]), released with it.
 #[derive(Debug)]
-pub(crate) struct ChannelCount(Arc<Session>);
+pub(crate) struct ChannelCount {
+    session: Arc<Session>,
+    counted: bool,
+    claim: bool,
+}
 
 impl ChannelCount {
     pub(crate) fn new(session: Arc<Session>) -> Self {
         session.open_channels.fetch_add(1, Ordering::AcqRel);
-        ChannelCount(session)
+        ChannelCount {
+            session,
+            counted: true,
+            claim: false,
+        }
+    }
+
+    /// Takes over the count of a spare channel (counted while it waited, see
+    /// [`ChannelCount::detach`]).
+    pub(crate) fn adopt(session: Arc<Session>) -> Self {
+        ChannelCount {
+            session,
+            counted: true,
+            claim: false,
+        }
+    }
+
+    /// Leaves the channel counted without holding the session: a spare's count is kept by
+    /// the session itself, which must not hold an `Arc` to itself.
+    fn detach(mut self) {
+        self.counted = false;
+    }
+
+    /// This channel is a command's: its end also ends the command's claim.
+    pub(crate) fn take_claim(&mut self, claim: Claim) {
+        claim.transfer();
+        self.claim = true;
     }
 }
 
 impl Drop for ChannelCount {
     fn drop(&mut self) {
-        self.0.open_channels.fetch_sub(1, Ordering::AcqRel);
+        if self.counted {
+            self.session.open_channels.fetch_sub(1, Ordering::AcqRel);
+        }
+        if self.claim {
+            self.session.end_claim();
+        }
+    }
+}
+
+fn count_u32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// The channels a connection keeps open ahead of demand ([spare channels]), and the
+/// commands that claim a channel on it right now.
+///
+/// A command that holds a slot *claims* a channel (from the moment it asks for one until its
+/// channel is gone). Spares are opened only while `claims + ready + unassigned < capacity`
+/// (an opening spare is *assigned* once a command waits for it): every claim holds a slot of
+/// its own and slots never exceed the capacity, so a command that finds no spare and opens
+/// its own channel still fits, and command channels plus spares never exceed the connection's
+/// capacity (the server's `MaxSessions` minus the SFTP and kill channels). A command takes a
+/// ready spare, or waits for one being opened (it arrives sooner than a channel of its own
+/// would), or opens its own.
+///
+/// [spare channels]: crate::SshExecutorBuilder::spare_channels
+#[derive(Default)]
+pub(crate) struct Spares {
+    /// Opened, unused channels; each counted in [`Session::open_channels`].
+    ready: Vec<russh::Channel<Msg>>,
+    /// Spares being opened.
+    opening: u32,
+    /// Commands waiting for a spare being opened (never more than `opening`).
+    waiters: VecDeque<oneshot::Sender<russh::Channel<Msg>>>,
+    /// Commands that claim a channel here (see above).
+    claims: u32,
+}
+
+impl std::fmt::Debug for Spares {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Spares")
+            .field("ready", &self.ready.len())
+            .field("opening", &self.opening)
+            .field("waiters", &self.waiters.len())
+            .field("claims", &self.claims)
+            .finish()
+    }
+}
+
+/// A command's claim on a channel of a session (see [`Spares`]): ends when dropped, or
+/// when its channel's [`ChannelCount`] ends.
+#[derive(Debug)]
+pub(crate) struct Claim(Option<Arc<Session>>);
+
+impl Claim {
+    fn transfer(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if let Some(session) = self.0.take() {
+            session.end_claim();
+        }
+    }
+}
+
+/// Where a command's channel comes from.
+pub(crate) enum Take {
+    /// A ready spare, with its count.
+    Ready(russh::Channel<Msg>, ChannelCount),
+    /// A spare being opened will be handed over here (or the sender dropped if it failed).
+    Wait(oneshot::Receiver<russh::Channel<Msg>>),
+    /// No spare: open a channel.
+    Open,
+}
+
+impl Session {
+    fn lock_spares(&self) -> MutexGuard<'_, Spares> {
+        // A poisoned lock only means a panic elsewhere while updating plain counters.
+        self.spares
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn end_claim(&self) {
+        let mut spares = self.lock_spares();
+        spares.claims = spares.claims.saturating_sub(1);
+    }
+
+    /// Spares ready on this connection now.
+    pub(crate) fn ready_spares(&self) -> usize {
+        self.lock_spares().ready.len()
+    }
+
+    /// Starts a command's claim on a channel here (see [`Spares`]).
+    pub(crate) fn claim(self: &Arc<Self>) -> Claim {
+        self.lock_spares().claims += 1;
+        Claim(Some(self.clone()))
+    }
+
+    /// Where the next channel of a command (holding a claim) comes from.
+    pub(crate) fn take_spare(self: &Arc<Self>) -> Take {
+        let mut spares = self.lock_spares();
+        if let Some(channel) = spares.ready.pop() {
+            return Take::Ready(channel, ChannelCount::adopt(self.clone()));
+        }
+        if spares.opening > count_u32(spares.waiters.len()) {
+            let (tx, rx) = oneshot::channel();
+            spares.waiters.push_back(tx);
+            return Take::Wait(rx);
+        }
+        Take::Open
+    }
+
+    /// Whether one more spare may be opened, `wanted` being how many to keep; if so it
+    /// counts as opening until [`spare_opened`](Self::spare_opened).
+    pub(crate) fn reserve_spare(&self, wanted: u32) -> bool {
+        if self.is_dead() || self.is_retired() {
+            return false;
+        }
+        let capacity = self.capacity.load(Ordering::Acquire);
+        let mut spares = self.lock_spares();
+        let ready = count_u32(spares.ready.len());
+        let unassigned = spares
+            .opening
+            .saturating_sub(count_u32(spares.waiters.len()));
+        if ready + spares.opening >= wanted || spares.claims + ready + unassigned >= capacity {
+            return false;
+        }
+        spares.opening += 1;
+        true
+    }
+
+    /// A spare reserved with [`reserve_spare`](Self::reserve_spare) was opened (`Some`) or
+    /// not: hands it to a waiting command, or keeps it ready.
+    pub(crate) fn spare_opened(
+        self: &Arc<Self>,
+        opened: Option<(russh::Channel<Msg>, ChannelCount)>,
+    ) {
+        let mut spares = self.lock_spares();
+        spares.opening = spares.opening.saturating_sub(1);
+        let Some((mut channel, count)) = opened else {
+            // Waiters beyond the spares still opening open channels of their own.
+            while count_u32(spares.waiters.len()) > spares.opening {
+                spares.waiters.pop_back();
+            }
+            return;
+        };
+        if self.is_dead() {
+            // The connection is gone, and the channel with it.
+            return;
+        }
+        count.detach();
+        while let Some(waiter) = spares.waiters.pop_front() {
+            match waiter.send(channel) {
+                Ok(()) => return,
+                // That command is gone: the next one, or keep it.
+                Err(back) => channel = back,
+            }
+        }
+        spares.ready.push(channel);
+    }
+
+    /// Takes the ready spares beyond what the capacity allows now (it dropped: the server
+    /// refused a channel), with their counts, for the caller to release.
+    pub(crate) fn spares_over_capacity(
+        self: &Arc<Self>,
+    ) -> Vec<(russh::Channel<Msg>, ChannelCount)> {
+        let capacity = self.capacity.load(Ordering::Acquire);
+        let mut spares = self.lock_spares();
+        let mut taken = Vec::new();
+        while spares.claims + count_u32(spares.ready.len()) > capacity {
+            match spares.ready.pop() {
+                Some(channel) => taken.push((channel, ChannelCount::adopt(self.clone()))),
+                None => break,
+            }
+        }
+        taken
     }
 }
 

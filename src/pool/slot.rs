@@ -11,7 +11,7 @@ use crate::{
     error::{Error, Phase, Result},
     pool::{
         registry::{Counters, Registry},
-        session::{ChannelCount, Session},
+        session::{ChannelCount, Session, Take},
     },
 };
 
@@ -72,27 +72,190 @@ impl Slot {
                 attempts: 0,
             });
         }
+        let claim = self.session.claim();
+        // A spare first: no round trip. One that turns out unusable is dropped and the next
+        // source tried; in the end the command opens a channel of its own.
+        loop {
+            let spare = match self.session.take_spare() {
+                Take::Ready(channel, count) => Some((channel, count)),
+                Take::Wait(handed) => match handed.await {
+                    Ok(channel) => Some((channel, ChannelCount::adopt(self.session.clone()))),
+                    // That spare could not be opened.
+                    Err(_) => None,
+                },
+                Take::Open => None,
+            };
+            let Some((mut channel, mut count)) = spare else {
+                break;
+            };
+            match spare_state(&self.session, &mut channel) {
+                SpareState::Usable => {}
+                // Closed by the server, or its connection is gone: nothing to hand back.
+                SpareState::Gone => continue,
+                SpareState::Unwanted => {
+                    discard_spare(channel, count, config.connect_timeout);
+                    continue;
+                }
+            }
+            {
+                count.take_claim(claim);
+                registry
+                    .counters
+                    .spares_used
+                    .fetch_add(1, Ordering::Relaxed);
+                replenish(&self.session, &registry);
+                return Ok((channel, count));
+            }
+        }
         let session = self.session.clone();
         let mut keep_trying = || {
             let capacity = session.learn_from_refusal();
             registry.learn_capacity(capacity);
+            release_spares_over_capacity(&session, registry.config.connect_timeout);
             !session.over_capacity()
         };
         let result =
             open_channel(&self.session, config, &registry.counters, &mut keep_trying).await;
-        match &result {
-            Ok(_) => {
-                let learned = registry.learned_capacity.load(Ordering::Acquire);
-                if let Some(grown) = self
-                    .session
-                    .note_opened(learned, config.channels_per_connection)
-                {
-                    registry.learned_capacity.fetch_max(grown, Ordering::AcqRel);
-                }
+        match result {
+            Ok((channel, mut count)) => {
+                count.take_claim(claim);
+                note_opened(&self.session, &registry);
+                replenish(&self.session, &registry);
+                Ok((channel, count))
             }
-            Err(_) => self.mark_broken(),
+            Err(error) => {
+                self.mark_broken();
+                Err(error)
+            }
         }
-        result
+    }
+}
+
+/// Counts a successful open on `session`: its capacity grows (slow start and probing, see
+/// [`Session::note_opened`]), and waiting placements may find room.
+fn note_opened(session: &Session, registry: &Registry) {
+    let learned = registry.learned_capacity.load(Ordering::Acquire);
+    if let Some(grown) = session.note_opened(learned, registry.config.channels_per_connection) {
+        registry.learned_capacity.fetch_max(grown, Ordering::AcqRel);
+        registry.room.notify_waiters();
+    }
+}
+
+/// Opens a spare channel on `session` in the background if it keeps fewer than
+/// `spare_channels` and has room for one (see [`Spares`](super::session::Spares)).
+///
+/// The open runs in a task of its own so that it always completes: a half-done open would
+/// leave a channel the server holds open and nobody closes.
+pub(crate) fn replenish(session: &Arc<Session>, registry: &Arc<Registry>) {
+    if !session.reserve_spare(registry.config.spare_channels) {
+        return;
+    }
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        session.spare_opened(None);
+        return;
+    };
+    let (session, registry) = (session.clone(), registry.clone());
+    runtime.spawn(async move {
+        let learner = session.clone();
+        let config = registry.config.clone();
+        let counters_registry = registry.clone();
+        // One attempt: a refusal teaches the capacity like any other, but a spare is not
+        // worth knocking again for (a command that needs a channel will).
+        let mut keep_trying = || {
+            let capacity = learner.learn_from_refusal();
+            counters_registry.learn_capacity(capacity);
+            release_spares_over_capacity(&learner, counters_registry.config.connect_timeout);
+            false
+        };
+        let opened = open_channel(&session, &config, &registry.counters, &mut keep_trying).await;
+        match opened {
+            Ok(opened) => {
+                registry
+                    .counters
+                    .spares_opened
+                    .fetch_add(1, Ordering::Relaxed);
+                note_opened(&session, &registry);
+                session.spare_opened(Some(opened));
+            }
+            Err(error) => {
+                tracing::debug!(%error, "spare channel not opened");
+                session.spare_opened(None);
+            }
+        }
+    });
+}
+
+/// What a spare is good for.
+enum SpareState {
+    /// Its connection lives and the server has said nothing on it.
+    Usable,
+    /// The server closed it, or its connection is gone.
+    Gone,
+    /// The server said something unexpected on it: not trusted with a command.
+    Unwanted,
+}
+
+fn spare_state(session: &Session, channel: &mut russh::Channel<russh::client::Msg>) -> SpareState {
+    if session.is_dead() {
+        return SpareState::Gone;
+    }
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    loop {
+        // `wait` is a queue receive: cancel-safe, so polling it once loses nothing.
+        let next = std::pin::pin!(channel.wait());
+        match next.poll(&mut context) {
+            std::task::Poll::Pending => return SpareState::Usable,
+            std::task::Poll::Ready(Some(russh::ChannelMsg::WindowAdjusted { .. })) => {}
+            std::task::Poll::Ready(None | Some(russh::ChannelMsg::Close)) => {
+                return SpareState::Gone;
+            }
+            std::task::Poll::Ready(Some(_)) => return SpareState::Unwanted,
+        }
+    }
+}
+
+/// Gives up a spare that cannot or need not carry a command, without leaving it half-open.
+fn discard_spare(
+    channel: russh::Channel<russh::client::Msg>,
+    count: ChannelCount,
+    limit: Duration,
+) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    runtime.spawn(async move {
+        release(channel, limit).await;
+        drop(count);
+    });
+}
+
+/// Releases the spares beyond `session`'s capacity after it dropped.
+fn release_spares_over_capacity(session: &Arc<Session>, limit: Duration) {
+    for (channel, count) in session.spares_over_capacity() {
+        discard_spare(channel, count, limit);
+    }
+}
+
+/// Hands an unused channel back to the server.
+///
+/// A client-side `close()` leaks ~3.3 KiB in russh for good (the server's CLOSE reply is
+/// ignored), so the channel runs `exit 0` instead and the server closes it; `close()` is only
+/// the fallback when the server does not answer in time. A channel the server has closed
+/// already (or whose connection is gone) just ends.
+async fn release(mut channel: russh::Channel<russh::client::Msg>, limit: Duration) {
+    let closed_by_server = tokio::time::timeout(limit, async {
+        channel.exec(false, "exit 0").await.ok()?;
+        let _ = channel.eof().await;
+        while let Some(message) = channel.wait().await {
+            if matches!(message, russh::ChannelMsg::Close) {
+                break;
+            }
+        }
+        Some(())
+    })
+    .await;
+    if !matches!(closed_by_server, Ok(Some(()))) {
+        let _ = channel.close().await;
     }
 }
 
@@ -169,6 +332,8 @@ impl Drop for Slot {
             .slots
             .fetch_sub(1, Ordering::AcqRel)
             .saturating_sub(1);
+        // A placement may fit now.
+        self.registry.room.notify_waiters();
         if left == 0 {
             // The last slot of a connection went (idle reaping, retirement or breakage):
             // close the connection instead of keeping an unused one open.

@@ -46,6 +46,15 @@ pub struct PoolStats {
     pub direct_fallbacks: u64,
     /// Remote process groups killed (timeouts and cancellations).
     pub kills: u64,
+    /// Session channels open right now: commands', kill channels and spares (not SFTP).
+    pub open_channels: u32,
+    /// Spare channels open and unused right now (see
+    /// [`spare_channels`](crate::SshExecutorBuilder::spare_channels)).
+    pub spare_channels: usize,
+    /// Spare channels opened so far.
+    pub spare_channels_opened: u64,
+    /// Commands that started on a spare channel, without a channel-open round trip.
+    pub spare_channels_used: u64,
     /// Slot checkouts that had to wait.
     pub waits: u64,
     /// Slot checkouts that timed out.

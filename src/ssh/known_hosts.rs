@@ -1167,10 +1167,7 @@ mod tests {
         // So is a file that appears.
         std::fs::write(&missing, line("c.example", &key)).unwrap();
         let appeared = KnownHosts::load_all_cached(&paths).unwrap();
-        assert_eq!(
-            appeared.check("c.example", 22, &key),
-            Verdict::Trusted
-        );
+        assert_eq!(appeared.check("c.example", 22, &key), Verdict::Trusted);
         // A directory where a file should be stays an error.
         assert!(KnownHosts::load_all_cached(&[dir.path().to_path_buf()]).is_err());
     }

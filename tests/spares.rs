@@ -1,0 +1,94 @@
+//! Spare channels: session channels the pool opens ahead of demand so that a warm command
+//! needs no channel-open round trip. Against a real OpenSSH sshd.
+
+mod common;
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU32, Ordering},
+    },
+    time::Duration,
+};
+
+use common::{builder, executor, testbed};
+
+/// Sequential warm commands start on spares (the first opens its own channel and a spare
+/// behind it); with `spare_channels(0)` none is opened. An idle executor keeps one spare.
+#[tokio::test]
+async fn warm_commands_start_on_spare_channels() {
+    let tb = testbed();
+    let ex = executor(&tb).await;
+    for i in 0..20 {
+        let out = ex.run(&format!("echo {i}")).await.unwrap();
+        assert_eq!(out.stdout(), format!("{i}\n").as_bytes());
+    }
+    let stats = ex.pool_stats();
+    eprintln!("figure: 20 sequential commands with spares: {stats:?}");
+    assert!(
+        stats.spare_channels_used >= 18,
+        "commands did not take spares: {stats:?}"
+    );
+    assert!(stats.spare_channels <= 1, "{stats:?}");
+    assert_eq!(stats.channel_open_refusals, 0, "{stats:?}");
+
+    let off = builder(&tb).spare_channels(0).build().await.unwrap();
+    for _ in 0..5 {
+        assert!(off.run("true").await.unwrap().status.success());
+    }
+    let stats = off.pool_stats();
+    assert_eq!(stats.spare_channels_opened, 0, "{stats:?}");
+    assert_eq!(stats.spare_channels_used, 0, "{stats:?}");
+}
+
+/// Spares count against the connection's channel limit: with `channels_per_connection(2)`
+/// and two spares wanted, the client never has more than two session channels open on the
+/// connection (commands and spares together; without that rule a burst holds two commands
+/// and two spares), and the server refuses nothing. (`reliability::a_two_session_server_*`
+/// runs with the default spare on a `MaxSessions 2` server.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spares_never_exceed_the_channel_limit() {
+    let tb = testbed();
+    let ex = builder(&tb)
+        .max_connections(1)
+        .channels_per_connection(2)
+        .spare_channels(2)
+        .build()
+        .await
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let most = Arc::new(AtomicU32::new(0));
+    let monitor = {
+        let (ex, stop, most) = (ex.clone(), stop.clone(), most.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                most.fetch_max(ex.pool_stats().open_channels, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_micros(200)).await;
+            }
+        })
+    };
+    let tasks: Vec<_> = (0..60)
+        .map(|i| {
+            let ex = ex.clone();
+            tokio::spawn(async move { ex.run(&format!("sleep 0.02; echo {i}")).await })
+        })
+        .collect();
+    for (i, task) in tasks.into_iter().enumerate() {
+        let out = task.await.unwrap().unwrap();
+        assert_eq!(out.stdout(), format!("{i}\n").as_bytes());
+    }
+    // Then sequential ones, which run on spares.
+    for _ in 0..10 {
+        assert!(ex.run("true").await.unwrap().status.success());
+    }
+    stop.store(true, Ordering::Relaxed);
+    monitor.await.unwrap();
+    let stats = ex.pool_stats();
+    eprintln!(
+        "figure: at most {} channels open with channels_per_connection(2) and 2 spares: {stats:?}",
+        most.load(Ordering::Relaxed)
+    );
+    assert!(most.load(Ordering::Relaxed) <= 2, "{stats:?}");
+    assert!(stats.spare_channels_used >= 5, "{stats:?}");
+    assert_eq!(stats.channel_open_refusals, 0, "{stats:?}");
+}
