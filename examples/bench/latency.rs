@@ -92,8 +92,13 @@ async fn in_process(conn: &Conn, n: usize) -> anyhow::Result<InProcess> {
     while done < n {
         let k = if warm { 10 } else { block.min(n - done) };
         for (i, (variant, _)) in VARIANTS.iter().enumerate() {
-            let (tree0, self0) = (tree_cpu_secs(), self_cpu_secs());
-            for _ in 0..k {
+            let (mut tree0, mut self0) = (0.0, 0.0);
+            // One untimed command first: the variant after the Nagle one (44 ms idle waits)
+            // otherwise pays the machine's wake-up from idle on its first sample.
+            for j in 0..=k {
+                if j == 1 {
+                    (tree0, self0) = (tree_cpu_secs(), self_cpu_secs());
+                }
                 let t = Instant::now();
                 let ok = match variant {
                     Variant::Run => executor.run("true").await?.status.success(),
@@ -111,7 +116,7 @@ async fn in_process(conn: &Conn, n: usize) -> anyhow::Result<InProcess> {
                 };
                 let elapsed = t.elapsed();
                 ensure!(ok, "{variant:?} failed");
-                if !warm {
+                if !warm && j > 0 {
                     samples[i].push(elapsed);
                 }
             }
@@ -545,8 +550,8 @@ pub fn slow_link(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
             in_rtt(&raw_fast)
         ),
         ratio(ours.median().as_secs_f64() / raw_fast.median().as_secs_f64()),
-        "ours ≤ 1.5 RTT",
-        Some(in_rtt(&ours) <= 1.5),
+        "ours ≤ 1.3 RTT",
+        Some(in_rtt(&ours) <= 1.3),
     );
     if let Some(cm) = cm {
         report.row(
