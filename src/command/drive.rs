@@ -337,7 +337,7 @@ async fn drive_once(
     tracing::trace!(session = slot.session.id, "channel open");
     if !matches!(kill.try_recv(), Err(oneshot::error::TryRecvError::Empty)) || !gate.claim() {
         // Timed out or cancelled while the channel was opening: nothing has run.
-        release_unused(channel, config.connect_timeout).await;
+        pool::release_unused(channel, config.connect_timeout).await;
         return Attempt::Done(Ok(ExitStatus::Unknown));
     }
 
@@ -640,28 +640,6 @@ impl PayloadWriter {
 
     fn abort(&self) {
         self.task.abort();
-    }
-}
-
-/// Hands an opened but unused channel back to the server.
-///
-/// A client-side `close()` leaks ~3.3 KiB in russh for good (the server's CLOSE reply is
-/// ignored), so the channel runs `exit 0` instead and the server closes it; `close()` is only
-/// the fallback when the server does not answer in time.
-async fn release_unused(mut channel: russh::Channel<russh::client::Msg>, limit: Duration) {
-    let closed_by_server = tokio::time::timeout(limit, async {
-        channel.exec(false, "exit 0").await.ok()?;
-        let _ = channel.eof().await;
-        while let Some(message) = channel.wait().await {
-            if matches!(message, russh::ChannelMsg::Close) {
-                break;
-            }
-        }
-        Some(())
-    })
-    .await;
-    if !matches!(closed_by_server, Ok(Some(()))) {
-        let _ = channel.close().await;
     }
 }
 

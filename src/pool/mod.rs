@@ -87,7 +87,7 @@ mod stats;
 
 pub(crate) use registry::{Counters, Registry};
 pub(crate) use session::{ChannelCount, Running, Session};
-pub(crate) use slot::{LogSink, SlotManager, open_channel};
+pub(crate) use slot::{LogSink, SlotManager, open_channel, release_unused};
 pub use stats::PoolStats;
 
 use std::sync::{

@@ -224,7 +224,7 @@ fn discard_spare(
         return;
     };
     runtime.spawn(async move {
-        release(channel, limit).await;
+        release_unused(channel, limit).await;
         drop(count);
     });
 }
@@ -242,7 +242,10 @@ fn release_spares_over_capacity(session: &Arc<Session>, limit: Duration) {
 /// ignored), so the channel runs `exit 0` instead and the server closes it; `close()` is only
 /// the fallback when the server does not answer in time. A channel the server has closed
 /// already (or whose connection is gone) just ends.
-async fn release(mut channel: russh::Channel<russh::client::Msg>, limit: Duration) {
+pub(crate) async fn release_unused(
+    mut channel: russh::Channel<russh::client::Msg>,
+    limit: Duration,
+) {
     let closed_by_server = tokio::time::timeout(limit, async {
         channel.exec(false, "exit 0").await.ok()?;
         let _ = channel.eof().await;
