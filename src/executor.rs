@@ -168,12 +168,21 @@ impl SshExecutor {
         let direct =
             command::direct_wrapper(&program, dir.as_deref(), &config.env, &marker, supervision)
                 .map(|direct| (direct.request, direct.stdin.into(), direct.controlled));
+        let prestarted = command::prestart_payload(
+            Some(&program),
+            dir.as_deref(),
+            &config.env,
+            &marker,
+            supervision,
+            &wrapped,
+        );
         let request = ExecRequest {
             wrapper: wrapped.request,
             stdin: wrapped.stdin.into(),
             marker,
             controlled: wrapped.controlled,
             direct,
+            prestarted,
         };
         let timeout = self.resolve_timeout(options.timeout);
         // The command text may hold secrets typed by an agent: log its length only.

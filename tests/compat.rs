@@ -60,8 +60,19 @@ impl Row {
         assert_eq!(stats.direct_fallbacks, 0, "{}: {stats:?}", self.name());
         if self.direct() {
             assert!(stats.direct_requests > 0, "{}: {stats:?}", self.name());
+            assert!(
+                stats.prestarted_spares_used > 0,
+                "{}: {stats:?}",
+                self.name()
+            );
         } else {
             assert_eq!(stats.direct_requests, 0, "{}: {stats:?}", self.name());
+            assert_eq!(
+                stats.prestarted_spares_used,
+                0,
+                "{}: {stats:?}",
+                self.name()
+            );
         }
     }
 
@@ -170,10 +181,11 @@ async fn kills(row: Row) {
     let tb = row.start();
     let ex = builder(&tb).max_connections(1).build().await.unwrap();
 
-    // Timeout: the whole group dies, background children included. Twice: the first
+    // Timeout: the whole group dies, background children included. Three times: the first
     // command on a connection is sent in the universal form, the next (on rows with a POSIX
-    // login shell) in the direct form.
-    for form in ["first", "warm"] {
+    // login shell) in the direct form on a plain spare channel, the third on a spare whose
+    // login shell was pre-started once the connection knew its shell.
+    for form in ["first", "warm", "pre-started"] {
         let t = token();
         let pattern = format!("^sleep 300.{t}");
         let started = Instant::now();

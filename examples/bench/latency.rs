@@ -133,8 +133,11 @@ async fn in_process(conn: &Conn, n: usize) -> anyhow::Result<InProcess> {
     let retries = executor.pool_stats().channel_open_retries - retries_before;
     let stats = executor.pool_stats();
     println!(
-        "  ours: spare channels opened {}, commands on a spare {} of {}",
-        stats.spare_channels_opened, stats.spare_channels_used, stats.commands
+        "  ours: spare channels opened {}, commands on a spare {} of {} ({} pre-started)",
+        stats.spare_channels_opened,
+        stats.spare_channels_used,
+        stats.commands,
+        stats.prestarted_spares_used
     );
     executor.close().await;
     lean.close().await;

@@ -459,6 +459,10 @@ impl SshExecutorBuilder {
             max_connections: self.max_connections,
             channels_per_connection: self.channels_per_connection,
             spare_channels: self.spare_channels,
+            prestart_request: crate::command::prestart_request(crate::command::Supervision {
+                kill_on_disconnect: self.kill_on_disconnect,
+                grace: self.kill_grace,
+            }),
             connect_timeout: self.connect_timeout,
             pool_wait_timeout: self.pool_wait_timeout,
             idle_timeout: self.idle_timeout,

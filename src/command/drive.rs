@@ -55,6 +55,9 @@ pub(crate) struct ExecRequest {
     /// [`direct_wrapper`](fn@crate::command::direct_wrapper)), used instead on connections
     /// that have learned that their login shell runs it.
     pub(crate) direct: Option<(Vec<u8>, bytes::Bytes, bool)>,
+    /// What a pre-started spare gets on stdin for this command (see
+    /// [`prestart_payload`](fn@crate::command::prestart_payload)).
+    pub(crate) prestarted: crate::command::PrestartPayload,
 }
 
 enum Event {
@@ -328,29 +331,42 @@ async fn drive_once(
 ) -> Attempt {
     let config = &inner.config;
     // Waiting for a slot is abortable: nothing has been sent yet.
-    let (mut slot, mut channel, _open, _running) = match acquire_channel(inner, kill).await {
-        Ok(Acquired::Channel(slot, channel, count, running)) => (slot, channel, count, running),
-        Ok(Acquired::Killed) => return Attempt::Done(Ok(ExitStatus::Unknown)),
-        Ok(Acquired::Retry(error)) => return Attempt::NotSent(error),
-        Err(error) => return Attempt::Done(Err(error)),
-    };
+    let (mut slot, mut channel, _open, _running, prestarted) =
+        match acquire_channel(inner, kill).await {
+            Ok(Acquired::Channel(slot, channel, count, running, prestarted)) => {
+                (slot, channel, count, running, prestarted)
+            }
+            Ok(Acquired::Killed) => return Attempt::Done(Ok(ExitStatus::Unknown)),
+            Ok(Acquired::Retry(error)) => return Attempt::NotSent(error),
+            Err(error) => return Attempt::Done(Err(error)),
+        };
     tracing::trace!(session = slot.session.id, "channel open");
     if !matches!(kill.try_recv(), Err(oneshot::error::TryRecvError::Empty)) || !gate.claim() {
         // Timed out or cancelled while the channel was opening: nothing has run.
-        pool::release_unused(channel, config.connect_timeout).await;
+        pool::give_back(channel, prestarted, config.connect_timeout).await;
         return Attempt::Done(Ok(ExitStatus::Unknown));
     }
 
-    // The direct form once this connection has shown that its login shell runs it.
+    // The direct form once this connection has shown that its login shell runs it; on a
+    // pre-started spare the login shell already waits for the payload: no exec request.
     let direct = request
         .direct
         .as_ref()
-        .filter(|_| slot.session.direct_bootstrap() == Some(true));
+        .filter(|_| !prestarted && slot.session.direct_bootstrap() == Some(true));
     let (exec_text, stdin, controlled) = match direct {
-        Some((text, stdin, controlled)) => (text, stdin, *controlled),
-        None => (&request.wrapper, &request.stdin, request.controlled),
+        Some((text, stdin, controlled)) => (Some(text), stdin, *controlled),
+        None if prestarted => (
+            None,
+            &request.prestarted.stdin,
+            request.prestarted.controlled,
+        ),
+        None => (Some(&request.wrapper), &request.stdin, request.controlled),
     };
-    if let Err(source) = channel.exec(true, exec_text.clone()).await {
+    let exec = match exec_text {
+        Some(text) => channel.exec(true, text.clone()).await,
+        None => Ok(()),
+    };
+    if let Err(source) = exec {
         // russh queues messages for its session task; an error means the connection is gone
         // and the request was never queued, let alone sent.
         slot.mark_broken();
@@ -361,7 +377,7 @@ async fn drive_once(
             source,
         });
     }
-    if direct.is_some() {
+    if direct.is_some() || (prestarted && request.prestarted.direct) {
         inner
             .registry
             .counters
@@ -405,7 +421,7 @@ async fn drive_once(
     // A direct request holds its output back until the marker shows that the login shell ran
     // the bootstrap: if it did not, the command runs again in the universal form and this
     // attempt's output (the shell's complaint) must not reach the caller.
-    let mut held = direct.is_some().then(HeldOutput::default);
+    let mut held = (direct.is_some() || prestarted).then(HeldOutput::default);
 
     loop {
         let give_up = async {
@@ -433,6 +449,7 @@ async fn drive_once(
                     if found.is_some() {
                         pgid = found;
                         if direct.is_none()
+                            && !prestarted
                             && let Some(traits) = marker.traits()
                         {
                             session.learn_direct_bootstrap(crate::command::direct_capable(traits));
@@ -517,7 +534,8 @@ async fn drive_once(
     }
     if held.is_some() && pgid.is_none() && !kill_wanted && closed && !session.is_dead() {
         // The login shell did not run the direct bootstrap (it prints the marker before it
-        // runs anything), so nothing ran: the universal form from now on.
+        // runs anything; so does a pre-started one, in either form), so nothing ran: the
+        // universal form from now on.
         tracing::warn!(host = %config.host, "the login shell did not run the direct exec request; \
             using the universal form on this connection");
         session.refuse_direct_bootstrap();
@@ -646,11 +664,13 @@ impl PayloadWriter {
 /// What a command attempt ended with before its exec request could reach the server.
 enum Acquired {
     /// A slot and an open channel (with its count), the command running on its connection.
+    /// The last field: a pre-started spare (see [`ExecRequest::prestarted`]).
     Channel(
         PooledSlot,
         russh::Channel<russh::client::Msg>,
         ChannelCount,
         Running,
+        bool,
     ),
     /// Killed (timeout or cancellation) while waiting for the slot.
     Killed,
@@ -677,7 +697,9 @@ async fn acquire_channel(inner: &Arc<Pool>, kill: &mut oneshot::Receiver<()>) ->
     };
     let running = Running::new(slot.session.clone());
     match slot.open_channel().await {
-        Ok((channel, count)) => Ok(Acquired::Channel(slot, channel, count, running)),
+        Ok((channel, count, prestarted)) => {
+            Ok(Acquired::Channel(slot, channel, count, running, prestarted))
+        }
         Err(error) => Ok(Acquired::Retry(error)),
     }
 }

@@ -19,4 +19,7 @@ pub(crate) use quote::quote;
 pub(crate) use supervisor::Supervision;
 #[doc(hidden)]
 pub use wrapper::exec_request_for_benchmarks;
-pub(crate) use wrapper::{direct_capable, direct_wrapper, script_request, wrapper};
+pub(crate) use wrapper::{
+    PrestartPayload, direct_capable, direct_wrapper, prestart_payload, prestart_request,
+    script_request, wrapper,
+};

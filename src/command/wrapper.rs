@@ -175,48 +175,9 @@ const SHELL_SPECIAL_NAMES: &[&str] = &[
     "IFS", "PWD", "OLDPWD", "OPTIND", "PPID", "LINENO", "PS1", "PS2", "PS4", "ENV",
 ];
 
-/// The **direct form**: one `/bin/sh` exec fewer per command, for connections whose login
-/// shell is known to be POSIX and to lead its own process group (see [`direct_capable`]).
-///
-/// The login shell itself runs the bootstrap, and since it is known to be POSIX the command
-/// travels in the request, POSIX-quoted:
-///
-/// ```text
-/// kill -0 -$$ 2>/dev/null || exit 124; <supervisor>; echo '<marker>'$$ L direct >&2;
-/// exec sh -c '<text>' </dev/null
-/// ```
-///
-/// Nothing is read from stdin before the command starts (stdin is only the supervisor's
-/// control line), and the supervisor is forked first, so that it has long closed its copies
-/// of stdout and stderr (which the server waits for) when a short command ends. The text is
-/// the user's command preceded, on its first line, by the `cd` and the environment changes, so
-/// that the command's line numbers (in `$LINENO` and error messages) are its own. This gives
-/// what the universal form gives, exactly, so only commands for which that holds take it:
-///
-/// With [`kill_on_disconnect(false)`](crate::SshExecutorBuilder::kill_on_disconnect) the
-/// direct form has no supervisor: its only remaining job, the kill on timeout or
-/// cancellation, is then done from a second channel, as for the crate's own scripts.
-///
-/// * a shell command (not a `#!` script), not starting with `-` or `+` (`sh -c -x` reads an
-///   option), whose request stays below [`ARGV_LIMIT`];
-/// * no `env_clear`, no environment change to a [name the shell treats
-///   specially](SHELL_SPECIAL_NAMES), no newline in the directory or a value.
-///
-/// One difference remains, documented: a command with a syntax error on its first line in a
-/// directory that does not exist reports the syntax error (status 2) where the universal
-/// form reports the failed `cd` (status 1).
-///
-/// The request is not login-shell neutral (it carries the caller's text between quotes), which
-/// is why it is only sent to shells from [`DIRECT_SHELLS`]. Should the login shell still not
-/// run it, no marker comes back and nothing has run: the executor then runs the command in
-/// the universal form and keeps to that form on this connection.
-pub(crate) fn direct_wrapper(
-    program: &Program,
-    dir: Option<&Path>,
-    env: &EnvPlan,
-    marker: &str,
-    supervision: Supervision,
-) -> Option<Wrapped> {
+/// The `sh -c` text of the direct form: the `cd` and the environment changes on the first
+/// line, then the command; `None` when the direct form could differ (see [`direct_wrapper`]).
+fn direct_text(program: &Program, dir: Option<&Path>, env: &EnvPlan) -> Option<Vec<u8>> {
     let Program::Shell(command) = program else {
         return None;
     };
@@ -269,7 +230,138 @@ pub(crate) fn direct_wrapper(
         text.extend_from_slice(b"; ");
     }
     text.extend_from_slice(command.as_bytes());
+    Some(text)
+}
 
+/// The exec request text a **pre-started** spare channel runs ahead of demand, on connections
+/// that take the [direct form](direct_wrapper): the login shell waits on stdin for what
+/// [`prestart_payload`] sends, so a warm command costs neither the channel open nor the
+/// login shell's start on its critical path.
+///
+/// The payload's first line says how to run it: `U` (the universal form: the bootstrap
+/// text follows, and the bootstrap then reads its own payload from stdin as usual) or the
+/// command's marker prefix (the direct form: the `sh -c` text follows). Then a line count
+/// and the lines. Nothing runs before the whole payload is there: closing stdin early makes
+/// the shell exit 125 without running anything.
+pub(crate) fn prestart_request(supervision: Supervision) -> Vec<u8> {
+    let supervisor = if supervision.kill_on_disconnect {
+        supervisor_line(supervision)
+    } else {
+        String::new()
+    };
+    format!(
+        "kill -0 -$$ 2>/dev/null || exit 124; nl='\n'; \
+         IFS= read -r k || exit 125; IFS= read -r n || exit 125; IFS= read -r c || exit 125; \
+         while [ \"$n\" -gt 1 ]; do IFS= read -r l || exit 125; c=$c$nl$l; n=$((n-1)); done; \
+         [ \"$k\" = U ] && exec /bin/sh -c \"$c\" sh \"$c\"; \
+         {supervisor}echo \"$k$$ L direct\" >&2 || exit 125; exec sh -c \"$c\" </dev/null"
+    )
+    .into_bytes()
+}
+
+/// What a pre-started spare (see [`prestart_request`]) gets on stdin for one command.
+#[derive(Debug)]
+pub(crate) struct PrestartPayload {
+    pub(crate) stdin: bytes::Bytes,
+    /// stdin then stays open as the supervisor's control line.
+    pub(crate) controlled: bool,
+    /// The direct form's text (else the universal form's bootstrap and stdin).
+    pub(crate) direct: bool,
+}
+
+/// The [`PrestartPayload`] for a command: the direct form's text when the command takes it
+/// (`controlled` then as in [`direct_wrapper`]), else `wrapped` (the universal form: its
+/// bootstrap, then its own stdin).
+pub(crate) fn prestart_payload(
+    program: Option<&Program>,
+    dir: Option<&Path>,
+    env: &EnvPlan,
+    marker: &str,
+    supervision: Supervision,
+    wrapped: &Wrapped,
+) -> PrestartPayload {
+    let framed = |kind: &[u8], text: &[u8]| {
+        let lines = text.iter().filter(|&&b| b == b'\n').count() + 1;
+        let mut stdin = kind.to_vec();
+        stdin.push(b'\n');
+        stdin.extend_from_slice(format!("{lines}\n").as_bytes());
+        stdin.extend_from_slice(text);
+        stdin.push(b'\n');
+        stdin
+    };
+    if let Some(text) = program.and_then(|program| direct_text(program, dir, env)) {
+        return PrestartPayload {
+            stdin: framed(marker.as_bytes(), &text).into(),
+            controlled: supervision.kill_on_disconnect,
+            direct: true,
+        };
+    }
+    // The universal request is `exec /bin/sh -c '<S>' sh '<S>'`: S, without the quotes.
+    let bootstrap = universal_bootstrap_text(&wrapped.request);
+    let mut stdin = framed(b"U", bootstrap);
+    stdin.extend_from_slice(&wrapped.stdin);
+    PrestartPayload {
+        stdin: stdin.into(),
+        controlled: wrapped.controlled,
+        direct: false,
+    }
+}
+
+/// The bootstrap text inside a universal request (see [`bootstrap`]).
+fn universal_bootstrap_text(request: &[u8]) -> &[u8] {
+    let inner = request
+        .strip_prefix(b"exec /bin/sh -c '".as_slice())
+        .unwrap_or(request);
+    let end = inner
+        .windows(6)
+        .position(|w| w == b"' sh '")
+        .unwrap_or(inner.len());
+    inner.get(..end).unwrap_or(inner)
+}
+
+/// The **direct form**: one `/bin/sh` exec fewer per command, for connections whose login
+/// shell is known to be POSIX and to lead its own process group (see [`direct_capable`]).
+///
+/// The login shell itself runs the bootstrap, and since it is known to be POSIX the command
+/// travels in the request, POSIX-quoted:
+///
+/// ```text
+/// kill -0 -$$ 2>/dev/null || exit 124; <supervisor>; echo '<marker>'$$ L direct >&2;
+/// exec sh -c '<text>' </dev/null
+/// ```
+///
+/// Nothing is read from stdin before the command starts (stdin is only the supervisor's
+/// control line), and the supervisor is forked first, so that it has long closed its copies
+/// of stdout and stderr (which the server waits for) when a short command ends. The text is
+/// the user's command preceded, on its first line, by the `cd` and the environment changes, so
+/// that the command's line numbers (in `$LINENO` and error messages) are its own. This gives
+/// what the universal form gives, exactly, so only commands for which that holds take it:
+///
+/// With [`kill_on_disconnect(false)`](crate::SshExecutorBuilder::kill_on_disconnect) the
+/// direct form has no supervisor: its only remaining job, the kill on timeout or
+/// cancellation, is then done from a second channel, as for the crate's own scripts.
+///
+/// * a shell command (not a `#!` script), not starting with `-` or `+` (`sh -c -x` reads an
+///   option), whose request stays below [`ARGV_LIMIT`];
+/// * no `env_clear`, no environment change to a [name the shell treats
+///   specially](SHELL_SPECIAL_NAMES), no newline in the directory or a value.
+///
+/// One difference remains, documented: a command with a syntax error on its first line in a
+/// directory that does not exist reports the syntax error (status 2) where the universal
+/// form reports the failed `cd` (status 1).
+///
+/// The request is not login-shell neutral (it carries the caller's text between quotes), which
+/// is why it is only sent to shells from [`DIRECT_SHELLS`]. Should the login shell still not
+/// run it, no marker comes back and nothing has run: the executor then runs the command in
+/// the universal form and keeps to that form on this connection.
+pub(crate) fn direct_wrapper(
+    program: &Program,
+    dir: Option<&Path>,
+    env: &EnvPlan,
+    marker: &str,
+    supervision: Supervision,
+) -> Option<Wrapped> {
+    let text = direct_text(program, dir, env)?;
     // Without kill-on-disconnect the supervisor's only job would be the kill request, which a
     // second channel can do as well: the command runs without it, one forked shell less.
     let supervisor = if supervision.kill_on_disconnect {
@@ -765,6 +857,85 @@ mod tests {
             assert_eq!(out.status.code(), expected.status.code(), "{name}");
         }
         use std::os::unix::ffi::OsStrExt;
+    }
+
+    #[test]
+    fn prestarted_shells_run_both_forms_exactly_as_sh_does() {
+        use std::io::Write;
+        use std::os::unix::ffi::OsStrExt;
+        use std::os::unix::process::CommandExt;
+        let supervision = Supervision {
+            kill_on_disconnect: true,
+            grace: std::time::Duration::from_millis(200),
+        };
+        let request = prestart_request(supervision);
+        let command = "printf '%s|' \"$0\" \"$#\" 'it'\\''s'\necho \"$LINENO\"; nosuch_cmd_xyz";
+        let expected = Command::new("sh")
+            .arg("-c")
+            .arg(command)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let plain = EnvPlan::default();
+        let direct_program = Program::Shell(command.into());
+        let script = Program::parse("#!/bin/sh\nprintf script; nosuch_cmd_xyz");
+        for (name, invocation) in [
+            ("sh", &["sh"][..]),
+            ("bash", &["bash"][..]),
+            ("zsh", &["zsh", "-f"][..]),
+            ("mksh", &["mksh"][..]),
+            ("ash", &["busybox", "ash"][..]),
+        ] {
+            if !installed(invocation[0]) {
+                assert!(std::env::var_os("CI").is_none(), "{name} missing in CI");
+                continue;
+            }
+            for program in [&direct_program, &script] {
+                let wrapped = wrapper(program, None, &plain, "@@m:", supervision).unwrap();
+                let payload =
+                    prestart_payload(Some(program), None, &plain, "@@m:", supervision, &wrapped);
+                assert_eq!(payload.direct, program == &direct_program, "{name}");
+                let mut child = Command::new(invocation[0])
+                    .args(&invocation[1..])
+                    .arg("-c")
+                    .arg(std::ffi::OsStr::from_bytes(&request))
+                    .process_group(0)
+                    .stdin(std::process::Stdio::piped())
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap();
+                // The shell is up and waiting before the payload comes, as on a spare; stdin
+                // then closes (a clean end: the command has finished by then).
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                let mut stdin = child.stdin.take().unwrap();
+                stdin.write_all(&payload.stdin).unwrap();
+                let out = {
+                    let waited = std::thread::spawn(move || child.wait_with_output().unwrap());
+                    std::thread::sleep(std::time::Duration::from_millis(300));
+                    drop(stdin);
+                    waited.join().unwrap()
+                };
+                let (pgid, stderr) = strip_marker("@@m:", out.stderr);
+                assert!(pgid.is_some(), "{name}: no marker");
+                if program == &direct_program {
+                    assert_eq!(out.stdout, expected.stdout, "{name}");
+                    assert_eq!(stderr, expected.stderr, "{name}");
+                    assert_eq!(out.status.code(), expected.status.code(), "{name}");
+                } else {
+                    assert_eq!(out.stdout, b"script", "{name}");
+                    assert!(String::from_utf8_lossy(&stderr).contains("nosuch_cmd_xyz"));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_prestarted_shell_whose_stdin_closes_first_runs_nothing() {
+        let request = prestart_request(QUIET);
+        let out = run_as(&["setsid", "bash"], &request, b"");
+        assert_eq!(out.status.code(), Some(125));
+        assert!(out.stdout.is_empty() && out.stderr.is_empty(), "{out:?}");
     }
 
     #[test]

@@ -36,6 +36,9 @@ pub(crate) struct Config {
     pub(crate) channels_per_connection: u32,
     /// Opened-but-unused session channels kept per connection (see `pool::session`).
     pub(crate) spare_channels: u32,
+    /// The exec request a spare runs ahead of demand on connections that take the direct
+    /// form (`command::prestart_request`); empty: spares are not pre-started.
+    pub(crate) prestart_request: Vec<u8>,
     pub(crate) connect_timeout: Duration,
     pub(crate) pool_wait_timeout: Duration,
     pub(crate) idle_timeout: Option<Duration>,

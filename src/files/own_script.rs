@@ -21,6 +21,14 @@ pub(crate) async fn run_script(
 ) -> Result<Execution> {
     let marker = command::marker_prefix(rand::random());
     let wrapped = command::script_request(&marker, script, &stdin)?;
+    let config = &executor.inner.config;
+    let supervision = command::Supervision {
+        kill_on_disconnect: config.kill_on_disconnect,
+        grace: config.kill_grace,
+    };
+    // On a pre-started spare: the universal form (`U`), whose stdin carries the data.
+    let prestarted =
+        command::prestart_payload(None, None, &config.env, &marker, supervision, &wrapped);
     let request = ExecRequest {
         wrapper: wrapped.request,
         stdin: wrapped.stdin.into(),
@@ -29,6 +37,7 @@ pub(crate) async fn run_script(
         // Their stdin carries data, which the direct form's line reading would not leave
         // alone; they run rarely enough for the universal form.
         direct: None,
+        prestarted,
     };
     command::execute(&executor.inner, request, None, sink).await
 }

@@ -87,7 +87,7 @@ mod stats;
 
 pub(crate) use registry::{Counters, Registry};
 pub(crate) use session::{ChannelCount, Running, Session};
-pub(crate) use slot::{LogSink, SlotManager, open_channel, release_unused};
+pub(crate) use slot::{LogSink, SlotManager, give_back, open_channel};
 pub use stats::PoolStats;
 
 use std::sync::{
@@ -235,6 +235,7 @@ impl Pool {
                 .sum(),
             spare_channels_opened: counters.spares_opened.load(Ordering::Relaxed),
             spare_channels_used: counters.spares_used.load(Ordering::Relaxed),
+            prestarted_spares_used: counters.prestarted_used.load(Ordering::Relaxed),
             waits: state.statistics.get_waited,
             wait_timeouts: state.statistics.get_timed_out,
             wait_time: state.statistics.get_wait_time,

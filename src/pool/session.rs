@@ -327,14 +327,22 @@ fn count_u32(n: usize) -> u32 {
 /// would), or opens its own.
 ///
 /// [spare channels]: crate::SshExecutorBuilder::spare_channels
+/// A spare channel: opened and unused, and, when `prestarted`, already running the
+/// pre-started bootstrap in the login shell, which waits for a command on stdin (see
+/// `command::prestart_request`).
+pub(crate) struct Spare {
+    pub(crate) channel: russh::Channel<Msg>,
+    pub(crate) prestarted: bool,
+}
+
 #[derive(Default)]
 pub(crate) struct Spares {
     /// Opened, unused channels; each counted in [`Session::open_channels`].
-    ready: Vec<russh::Channel<Msg>>,
+    ready: Vec<Spare>,
     /// Spares being opened.
     opening: u32,
     /// Commands waiting for a spare being opened (never more than `opening`).
-    waiters: VecDeque<oneshot::Sender<russh::Channel<Msg>>>,
+    waiters: VecDeque<oneshot::Sender<Spare>>,
     /// Commands that claim a channel here (see above).
     claims: u32,
 }
@@ -372,9 +380,9 @@ impl Drop for Claim {
 /// Where a command's channel comes from.
 pub(crate) enum Take {
     /// A ready spare, with its count.
-    Ready(russh::Channel<Msg>, ChannelCount),
+    Ready(Spare, ChannelCount),
     /// A spare being opened will be handed over here (or the sender dropped if it failed).
-    Wait(oneshot::Receiver<russh::Channel<Msg>>),
+    Wait(oneshot::Receiver<Spare>),
     /// No spare: open a channel.
     Open,
 }
@@ -438,10 +446,7 @@ impl Session {
 
     /// A spare reserved with [`reserve_spare`](Self::reserve_spare) was opened (`Some`) or
     /// not: hands it to a waiting command, or keeps it ready.
-    pub(crate) fn spare_opened(
-        self: &Arc<Self>,
-        opened: Option<(russh::Channel<Msg>, ChannelCount)>,
-    ) {
+    pub(crate) fn spare_opened(self: &Arc<Self>, opened: Option<(Spare, ChannelCount)>) {
         let mut spares = self.lock_spares();
         spares.opening = spares.opening.saturating_sub(1);
         let Some((mut channel, count)) = opened else {
@@ -468,9 +473,7 @@ impl Session {
 
     /// Takes the ready spares beyond what the capacity allows now (it dropped: the server
     /// refused a channel), with their counts, for the caller to release.
-    pub(crate) fn spares_over_capacity(
-        self: &Arc<Self>,
-    ) -> Vec<(russh::Channel<Msg>, ChannelCount)> {
+    pub(crate) fn spares_over_capacity(self: &Arc<Self>) -> Vec<(Spare, ChannelCount)> {
         let capacity = self.capacity.load(Ordering::Acquire);
         let mut spares = self.lock_spares();
         let mut taken = Vec::new();

@@ -11,7 +11,7 @@ use crate::{
     error::{Error, Phase, Result},
     pool::{
         registry::{Counters, Registry},
-        session::{ChannelCount, Session, Take},
+        session::{ChannelCount, Session, Spare, Take},
     },
 };
 
@@ -57,9 +57,11 @@ impl Slot {
     /// beyond it, the slot is given up at once so that the command waits in the pool for a
     /// free one instead of knocking again, otherwise (the server had not freed a closed
     /// channel yet) the open is retried with backoff.
+    /// Returns the channel, its count, and whether it is a pre-started spare (its login
+    /// shell already runs `command::prestart_request` and waits for a payload on stdin).
     pub(crate) async fn open_channel(
         &mut self,
-    ) -> Result<(russh::Channel<russh::client::Msg>, ChannelCount)> {
+    ) -> Result<(russh::Channel<russh::client::Msg>, ChannelCount, bool)> {
         let registry = self.registry.clone();
         let config = &registry.config;
         if self.session.over_capacity() {
@@ -85,15 +87,22 @@ impl Slot {
                 },
                 Take::Open => None,
             };
-            let Some((mut channel, mut count)) = spare else {
+            let Some((mut spare, mut count)) = spare else {
                 break;
             };
-            match spare_state(&self.session, &mut channel) {
+            // A spare pre-started before the connection found out that its login shell does
+            // not run the direct form (see `Session::refuse_direct_bootstrap`) is no good.
+            let state = if spare.prestarted && self.session.direct_bootstrap() != Some(true) {
+                SpareState::Unwanted
+            } else {
+                spare_state(&self.session, &mut spare.channel)
+            };
+            match state {
                 SpareState::Usable => {}
                 // Closed by the server, or its connection is gone: nothing to hand back.
                 SpareState::Gone => continue,
                 SpareState::Unwanted => {
-                    discard_spare(channel, count, config.connect_timeout);
+                    discard_spare(spare, count, config.connect_timeout);
                     continue;
                 }
             }
@@ -103,8 +112,14 @@ impl Slot {
                     .counters
                     .spares_used
                     .fetch_add(1, Ordering::Relaxed);
+                if spare.prestarted {
+                    registry
+                        .counters
+                        .prestarted_used
+                        .fetch_add(1, Ordering::Relaxed);
+                }
                 replenish(&self.session, &registry);
-                return Ok((channel, count));
+                return Ok((spare.channel, count, spare.prestarted));
             }
         }
         let session = self.session.clone();
@@ -121,7 +136,7 @@ impl Slot {
                 count.take_claim(claim);
                 note_opened(&self.session, &registry);
                 replenish(&self.session, &registry);
-                Ok((channel, count))
+                Ok((channel, count, false))
             }
             Err(error) => {
                 self.mark_broken();
@@ -169,13 +184,14 @@ pub(crate) fn replenish(session: &Arc<Session>, registry: &Arc<Registry>) {
         };
         let opened = open_channel(&session, &config, &registry.counters, &mut keep_trying).await;
         match opened {
-            Ok(opened) => {
+            Ok((channel, count)) => {
                 registry
                     .counters
                     .spares_opened
                     .fetch_add(1, Ordering::Relaxed);
                 note_opened(&session, &registry);
-                session.spare_opened(Some(opened));
+                let spare = prestart(&session, &config, channel).await;
+                session.spare_opened(spare.map(|spare| (spare, count)));
             }
             Err(error) => {
                 tracing::debug!(%error, "spare channel not opened");
@@ -183,6 +199,77 @@ pub(crate) fn replenish(session: &Arc<Session>, registry: &Arc<Registry>) {
             }
         }
     });
+}
+
+/// Starts the login shell of a new spare ahead of demand, when its connection takes the
+/// direct form (see `command::prestart_request`), and waits for the server to accept; a
+/// spare whose start the server refused is given up (`None`).
+async fn prestart(
+    session: &Session,
+    config: &crate::config::Config,
+    mut channel: russh::Channel<russh::client::Msg>,
+) -> Option<Spare> {
+    if config.prestart_request.is_empty() || session.direct_bootstrap() != Some(true) {
+        return Some(Spare {
+            channel,
+            prestarted: false,
+        });
+    }
+    let started = tokio::time::timeout(config.connect_timeout, async {
+        channel
+            .exec(true, config.prestart_request.clone())
+            .await
+            .ok()?;
+        loop {
+            match channel.wait().await? {
+                russh::ChannelMsg::Success => return Some(()),
+                russh::ChannelMsg::WindowAdjusted { .. } => {}
+                _ => return None,
+            }
+        }
+    })
+    .await;
+    if matches!(started, Ok(Some(()))) {
+        Some(Spare {
+            channel,
+            prestarted: true,
+        })
+    } else {
+        // Closing stdin ends a shell that did start (nothing ran); then the channel closes.
+        end_prestarted(channel, config.connect_timeout).await;
+        None
+    }
+}
+
+/// Hands back a channel that will carry no command: a pre-started one gets EOF (see
+/// [`end_prestarted`]), another runs `exit 0` ([`release_unused`]).
+pub(crate) async fn give_back(
+    channel: russh::Channel<russh::client::Msg>,
+    prestarted: bool,
+    limit: Duration,
+) {
+    if prestarted {
+        end_prestarted(channel, limit).await;
+    } else {
+        release_unused(channel, limit).await;
+    }
+}
+
+/// Ends a pre-started spare that will carry no command: EOF on stdin makes its shell exit
+/// before running anything; then the server closes the channel.
+async fn end_prestarted(mut channel: russh::Channel<russh::client::Msg>, limit: Duration) {
+    let closed = tokio::time::timeout(limit, async {
+        let _ = channel.eof().await;
+        while let Some(message) = channel.wait().await {
+            if matches!(message, russh::ChannelMsg::Close) {
+                return;
+            }
+        }
+    })
+    .await;
+    if closed.is_err() {
+        let _ = channel.close().await;
+    }
 }
 
 /// What a spare is good for.
@@ -215,16 +302,12 @@ fn spare_state(session: &Session, channel: &mut russh::Channel<russh::client::Ms
 }
 
 /// Gives up a spare that cannot or need not carry a command, without leaving it half-open.
-fn discard_spare(
-    channel: russh::Channel<russh::client::Msg>,
-    count: ChannelCount,
-    limit: Duration,
-) {
+fn discard_spare(spare: Spare, count: ChannelCount, limit: Duration) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
     runtime.spawn(async move {
-        release_unused(channel, limit).await;
+        give_back(spare.channel, spare.prestarted, limit).await;
         drop(count);
     });
 }
@@ -242,10 +325,7 @@ fn release_spares_over_capacity(session: &Arc<Session>, limit: Duration) {
 /// ignored), so the channel runs `exit 0` instead and the server closes it; `close()` is only
 /// the fallback when the server does not answer in time. A channel the server has closed
 /// already (or whose connection is gone) just ends.
-pub(crate) async fn release_unused(
-    mut channel: russh::Channel<russh::client::Msg>,
-    limit: Duration,
-) {
+async fn release_unused(mut channel: russh::Channel<russh::client::Msg>, limit: Duration) {
     let closed_by_server = tokio::time::timeout(limit, async {
         channel.exec(false, "exit 0").await.ok()?;
         let _ = channel.eof().await;

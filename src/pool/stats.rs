@@ -55,6 +55,9 @@ pub struct PoolStats {
     pub spare_channels_opened: u64,
     /// Commands that started on a spare channel, without a channel-open round trip.
     pub spare_channels_used: u64,
+    /// Of those, commands whose spare was pre-started: its login shell was already running
+    /// and waiting for the command (connections that take the direct exec form).
+    pub prestarted_spares_used: u64,
     /// Slot checkouts that had to wait.
     pub waits: u64,
     /// Slot checkouts that timed out.
