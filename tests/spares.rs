@@ -92,3 +92,53 @@ async fn spares_never_exceed_the_channel_limit() {
     assert!(stats.spare_channels_used >= 5, "{stats:?}");
     assert_eq!(stats.channel_open_refusals, 0, "{stats:?}");
 }
+
+/// Warm commands run on pre-started spares (the login shell already waiting for them), and
+/// a login shell whose rc files print makes its connection stop pre-starting: every
+/// pre-started spare would say something before its command and be thrown away.
+#[tokio::test]
+async fn spares_are_pre_started_unless_the_login_shell_talks() {
+    use swiftide_ssh_testbed::{LoginShell, Testbed};
+    let quiet = Testbed::builder()
+        .login_shell(LoginShell::Bash)
+        .start()
+        .unwrap();
+    let ex = builder(&quiet).max_connections(1).build().await.unwrap();
+    for i in 0..10 {
+        let out = ex.run(&format!("echo {i}")).await.unwrap();
+        assert_eq!(out.stdout(), format!("{i}\n").as_bytes());
+    }
+    let stats = ex.pool_stats();
+    assert!(stats.prestarted_spares_used >= 7, "{stats:?}");
+
+    // bash sources $BASH_ENV before every non-interactive command: a talking rc file.
+    let rc_dir = tempfile::tempdir().unwrap();
+    let rc = rc_dir.path().join("noise.sh");
+    std::fs::write(&rc, "echo rc-noise >&2\n").unwrap();
+    for path in [rc_dir.path(), rc.as_path()] {
+        std::process::Command::new("chmod")
+            .arg("a+rx")
+            .arg(path)
+            .status()
+            .unwrap();
+    }
+    let talking = Testbed::builder()
+        .login_shell(LoginShell::Bash)
+        .sshd_config_line(format!("SetEnv BASH_ENV={}", rc.display()))
+        .start()
+        .unwrap();
+    let ex = builder(&talking).max_connections(1).build().await.unwrap();
+    for i in 0..10 {
+        let out = ex.run(&format!("echo {i}")).await.unwrap();
+        assert_eq!(out.stdout(), format!("{i}\n").as_bytes());
+        // The rc file's noise is part of each command's stderr (it runs before each one),
+        // exactly once.
+        assert_eq!(out.stderr(), b"rc-noise\n", "command {i}");
+    }
+    let stats = ex.pool_stats();
+    eprintln!("figure: talking login shell: {stats:?}");
+    assert!(stats.prestarted_spares_used <= 1, "{stats:?}");
+    // Plain spares still serve: pre-started ones would all be thrown away.
+    assert!(stats.spare_channels_used >= 7, "{stats:?}");
+    assert_eq!(stats.direct_fallbacks, 0, "{stats:?}");
+}

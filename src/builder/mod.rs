@@ -307,17 +307,24 @@ impl SshExecutorBuilder {
     }
 
     /// Session channels each connection keeps open ahead of demand, so that a command starts
-    /// without the channel-open round trip (one round trip less per command: over a 20 ms link
-    /// a warm `true` goes from 3 to 2 round trips). A command takes a spare when one is ready
-    /// and a replacement is opened in the background.
+    /// without the channel-open round trip. A command takes a spare when one is ready and a
+    /// replacement is opened in the background.
+    ///
+    /// Once a connection knows that its login shell is POSIX (the direct exec form, see the
+    /// README), its spares are also **pre-started**: the login shell is already running and
+    /// waits for the command on stdin, so a warm command costs one round trip and neither
+    /// the channel open nor the login shell's start: a warm `true` 2.4 ms against raw
+    /// russh's 2.45 ms on loopback, 1.1 round trips over a 20 ms link (3.1 without spares).
+    /// The login shell's rc files therefore run before the command is known (and before
+    /// sshd logs the session); if they print anything, that connection stops pre-starting.
     ///
     /// Spares count against the connection's channel limit (`channels_per_connection`, lowered
     /// to what the server allows when it refuses a channel): they are opened only while a
     /// running command could not need that room, so the server's `MaxSessions` is never
-    /// exceeded because of them. The cost of an idle spare is one of the server's session
-    /// slots (sshd starts no process until a command runs on it); spares close with their
-    /// connection (idle reaping, `close()`, maximum lifetime). `0` turns them off.
-    /// Defaults to 1.
+    /// exceeded because of them. An idle spare costs one of the server's session slots, and
+    /// a pre-started one also a waiting login shell (no CPU); closing stdin ends it without
+    /// running anything. Spares close with their connection (idle reaping, `close()`,
+    /// maximum lifetime). `0` turns them off. Defaults to 1.
     pub fn spare_channels(mut self, n: u32) -> Self {
         self.spare_channels = n;
         self

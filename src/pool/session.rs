@@ -50,6 +50,9 @@ pub(crate) struct Session {
     /// Which exec request form this connection's login shell takes (see
     /// [`Session::direct_bootstrap`]).
     direct_bootstrap: std::sync::atomic::AtomicU8,
+    /// A pre-started spare said something before its command (a login rc file that prints):
+    /// spares on this connection are no longer pre-started (see `slot::prestart`).
+    noisy_login: AtomicBool,
     /// Session channels opened ahead of demand, and the commands claiming channels here
     /// (see [`Spares`]).
     spares: std::sync::Mutex<Spares>,
@@ -115,6 +118,18 @@ impl Session {
             Ordering::AcqRel,
             Ordering::Acquire,
         );
+    }
+
+    /// Whether new spares here may be pre-started: the connection takes the direct form and
+    /// its login shell has not printed anything while waiting.
+    pub(crate) fn may_prestart(&self) -> bool {
+        self.direct_bootstrap() == Some(true) && !self.noisy_login.load(Ordering::Acquire)
+    }
+
+    /// A pre-started spare printed something before its command: its login shell's rc files
+    /// talk, and every pre-started spare would be thrown away.
+    pub(crate) fn note_noisy_login(&self) {
+        self.noisy_login.store(true, Ordering::Release);
     }
 
     /// A direct request came back without a marker: the login shell is not what it said.
@@ -238,6 +253,7 @@ impl Session {
             open_channels: AtomicU32::new(0),
             opens_since_refusal: AtomicU32::new(0),
             direct_bootstrap: std::sync::atomic::AtomicU8::new(DIRECT_UNKNOWN),
+            noisy_login: AtomicBool::new(false),
             spares: std::sync::Mutex::new(Spares::default()),
             sftp: tokio::sync::Mutex::new(None),
             hops: std::sync::Mutex::new(connection.hops),

@@ -102,6 +102,9 @@ impl Slot {
                 // Closed by the server, or its connection is gone: nothing to hand back.
                 SpareState::Gone => continue,
                 SpareState::Unwanted => {
+                    if spare.prestarted && self.session.direct_bootstrap() == Some(true) {
+                        self.session.note_noisy_login();
+                    }
                     discard_spare(spare, count, config.connect_timeout);
                     continue;
                 }
@@ -209,7 +212,7 @@ async fn prestart(
     config: &crate::config::Config,
     mut channel: russh::Channel<russh::client::Msg>,
 ) -> Option<Spare> {
-    if config.prestart_request.is_empty() || session.direct_bootstrap() != Some(true) {
+    if config.prestart_request.is_empty() || !session.may_prestart() {
         return Some(Spare {
             channel,
             prestarted: false,
