@@ -473,7 +473,10 @@ impl Session {
             return;
         };
         if self.is_dead() {
-            // The connection is gone, and the channel with it.
+            // The connection is gone, and the channel with it. Commands waiting for a spare
+            // must not wait for one that will never come: dropping their senders sends them
+            // on to a channel of their own (which fails, and the command starts elsewhere).
+            spares.waiters.clear();
             return;
         }
         count.detach();
