@@ -491,30 +491,7 @@ fn setup_ansible(venv: &Path) -> Result<(PathBuf, String), String> {
     }
     if !ansible.exists() {
         println!("  pip install ansible-core (into {})", venv.display());
-        let out = Command::new(&python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "--timeout",
-                "30",
-                "--retries",
-                "2",
-                "ansible-core",
-            ])
-            .output()
-            .map_err(|e| format!("pip not runnable: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "pip install ansible-core failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-                    .lines()
-                    .last()
-                    .unwrap_or("")
-            ));
-        }
+        crate::peers::pip_install(&python, "ansible-core")?;
     }
     let out = Command::new(&ansible)
         .arg("--version")

@@ -254,30 +254,7 @@ impl AsyncSsh {
             Some(v) => v,
             None => {
                 println!("  pip install asyncssh (into {})", venv.display());
-                let out = Command::new(&python)
-                    .args([
-                        "-m",
-                        "pip",
-                        "install",
-                        "--quiet",
-                        "--disable-pip-version-check",
-                        "--timeout",
-                        "30",
-                        "--retries",
-                        "2",
-                        "asyncssh",
-                    ])
-                    .output()
-                    .map_err(|e| format!("pip not runnable: {e}"))?;
-                if !out.status.success() {
-                    return Err(format!(
-                        "pip install asyncssh failed: {}",
-                        String::from_utf8_lossy(&out.stderr)
-                            .lines()
-                            .last()
-                            .unwrap_or("")
-                    ));
-                }
+                pip_install(&python, "asyncssh")?;
                 probe(&python).ok_or("asyncssh installed but not importable")?
             }
         };
@@ -333,4 +310,33 @@ pub fn parse_kv(line: &str) -> HashMap<String, String> {
         .filter_map(|kv| kv.split_once('='))
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect()
+}
+
+/// `python -m pip install <package>` (quiet, bounded retries); `Err` is a note for the report.
+pub fn pip_install(python: &std::path::Path, package: &str) -> Result<(), String> {
+    let out = Command::new(python)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--timeout",
+            "30",
+            "--retries",
+            "2",
+            package,
+        ])
+        .output()
+        .map_err(|e| format!("pip not runnable: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "pip install {package} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .last()
+            .unwrap_or("")
+    ))
 }

@@ -12,46 +12,9 @@ use tokio::{
 
 /// Starts the proxy and returns the address to connect to. It lives until the process exits.
 pub fn start(target: SocketAddr, one_way: Duration) -> std::io::Result<SocketAddr> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::Builder::new()
-        .name("delay-proxy".into())
-        .spawn(move || {
-            let runtime = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    let _ = tx.send(Err(e));
-                    return;
-                }
-            };
-            runtime.block_on(async move {
-                let listener = match TcpListener::bind("127.0.0.1:0").await {
-                    Ok(l) => l,
-                    Err(e) => {
-                        let _ = tx.send(Err(e));
-                        return;
-                    }
-                };
-                let _ = tx.send(listener.local_addr());
-                while let Ok((inbound, _)) = listener.accept().await {
-                    tokio::spawn(async move {
-                        let Ok(outbound) = TcpStream::connect(target).await else {
-                            return;
-                        };
-                        let _ = inbound.set_nodelay(true);
-                        let _ = outbound.set_nodelay(true);
-                        let (ir, iw) = inbound.into_split();
-                        let (or, ow) = outbound.into_split();
-                        tokio::spawn(pipe(ir, ow, one_way));
-                        tokio::spawn(pipe(or, iw, one_way));
-                    });
-                }
-            });
-        })?;
-    rx.recv()
-        .map_err(|_| std::io::Error::other("proxy thread died"))?
+    start_many(&[target], one_way)?
+        .pop()
+        .ok_or_else(|| std::io::Error::other("proxy thread returned no address"))
 }
 
 /// Reads as data arrives, stamps it, and writes it `delay` later; EOF is forwarded the same way.
