@@ -31,7 +31,7 @@ impl MarkerParser {
     }
 
     /// What the marker line said after the pgid (`L bash`: see
-    /// [`BootstrapMode`](crate::command::wrapper)), once the marker has been found.
+    /// [`direct_capable`](crate::command::direct_capable)), once the marker has been found.
     pub(crate) fn traits(&self) -> Option<&str> {
         self.traits.as_deref()
     }

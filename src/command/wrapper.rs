@@ -156,13 +156,13 @@ pub(crate) fn script_request(marker: &str, script: &[u8], data: &[u8]) -> Result
     })
 }
 
-/// Login shells (the name at the end of `$SHELL`) that run the [direct] form themselves:
+/// Login shells (the name at the end of `$SHELL`) that run the [direct](direct_wrapper) form themselves:
 /// POSIX shells, all checked by the login-shell tests here and in `tests/compat.rs`.
 const DIRECT_SHELLS: &[&str] = &["sh", "bash", "dash", "ash", "mksh", "zsh"];
 
 /// Whether a connection whose universal bootstrap reported `traits` on its marker line
-/// (`L bash`: it led its own process group, its login shell is bash) may use the [direct]
-/// form.
+/// (`L bash`: it led its own process group, its login shell is bash) may use the
+/// [direct](direct_wrapper) form.
 pub(crate) fn direct_capable(traits: &str) -> bool {
     let (group, shell) = traits.split_once(' ').unwrap_or((traits, ""));
     group == "L" && DIRECT_SHELLS.contains(&shell)
