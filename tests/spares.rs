@@ -109,7 +109,9 @@ async fn spares_are_pre_started_unless_the_login_shell_talks() {
         assert_eq!(out.stdout(), format!("{i}\n").as_bytes());
     }
     let stats = ex.pool_stats();
-    assert!(stats.prestarted_spares_used >= 7, "{stats:?}");
+    eprintln!("figure: quiet login shell: {stats:?}");
+    // The first two commands' spares open before the connection knows its shell.
+    assert!(stats.prestarted_spares_used >= 6, "{stats:?}");
 
     // bash sources $BASH_ENV before every non-interactive command: a talking rc file.
     let rc_dir = tempfile::tempdir().unwrap();

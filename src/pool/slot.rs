@@ -101,10 +101,13 @@ impl Slot {
                 SpareState::Usable => {}
                 // Closed by the server, or its connection is gone: nothing to hand back.
                 SpareState::Gone => continue,
-                SpareState::Unwanted => {
-                    if spare.prestarted && self.session.direct_bootstrap() == Some(true) {
-                        self.session.note_noisy_login();
-                    }
+                SpareState::Talked if spare.prestarted => {
+                    // Its login shell printed before any command: rc files that talk.
+                    self.session.note_noisy_login();
+                    discard_spare(spare, count, config.connect_timeout);
+                    continue;
+                }
+                SpareState::Talked | SpareState::Unwanted => {
                     discard_spare(spare, count, config.connect_timeout);
                     continue;
                 }
@@ -283,6 +286,8 @@ enum SpareState {
     Gone,
     /// The server said something unexpected on it: not trusted with a command.
     Unwanted,
+    /// Output arrived on it before any command (a pre-started login shell's rc files).
+    Talked,
 }
 
 fn spare_state(session: &Session, channel: &mut russh::Channel<russh::client::Msg>) -> SpareState {
@@ -299,8 +304,26 @@ fn spare_state(session: &Session, channel: &mut russh::Channel<russh::client::Ms
             std::task::Poll::Ready(None | Some(russh::ChannelMsg::Close)) => {
                 return SpareState::Gone;
             }
-            std::task::Poll::Ready(Some(_)) => return SpareState::Unwanted,
+            std::task::Poll::Ready(Some(
+                russh::ChannelMsg::Data { .. } | russh::ChannelMsg::ExtendedData { .. },
+            )) => return SpareState::Talked,
+            std::task::Poll::Ready(Some(other)) => {
+                tracing::debug!(message = ?message_kind(&other), "spare channel not used");
+                return SpareState::Unwanted;
+            }
         }
+    }
+}
+
+/// The kind of a channel message, for logs (never its data).
+fn message_kind(message: &russh::ChannelMsg) -> &'static str {
+    match message {
+        russh::ChannelMsg::Eof => "eof",
+        russh::ChannelMsg::ExitStatus { .. } => "exit-status",
+        russh::ChannelMsg::ExitSignal { .. } => "exit-signal",
+        russh::ChannelMsg::Success => "success",
+        russh::ChannelMsg::Failure => "failure",
+        _ => "other",
     }
 }
 
