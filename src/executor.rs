@@ -159,10 +159,7 @@ impl SshExecutor {
         let marker = command::marker_prefix(rand::random());
         let dir = self.resolve_dir(options.current_dir.as_deref());
         let config = &self.inner.config;
-        let supervision = Supervision {
-            kill_on_disconnect: config.kill_on_disconnect,
-            grace: config.kill_grace,
-        };
+        let supervision = Supervision::of(config);
         let wrapped =
             command::wrapper(&program, dir.as_deref(), &config.env, &marker, supervision)?;
         let direct =

@@ -473,22 +473,8 @@ impl Peers {
 
 /// `ansible-core` in its own venv under `target/bench/` (installed on first use).
 fn setup_ansible(venv: &Path) -> Result<(PathBuf, String), String> {
-    let python = venv.join("bin/python");
+    let python = crate::peers::ensure_venv(venv)?;
     let ansible = venv.join("bin/ansible");
-    if !python.exists() {
-        println!("  creating a Python venv in {}", venv.display());
-        let out = Command::new("python3")
-            .args(["-m", "venv"])
-            .arg(venv)
-            .output()
-            .map_err(|e| format!("python3 not runnable: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "python3 -m venv failed: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
-    }
     if !ansible.exists() {
         println!("  pip install ansible-core (into {})", venv.display());
         crate::peers::pip_install(&python, "ansible-core")?;

@@ -227,21 +227,7 @@ impl AsyncSsh {
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let venv = dir.join("venv");
-        let python = venv.join("bin/python");
-        if !python.exists() {
-            println!("  creating a Python venv in {}", venv.display());
-            let out = Command::new("python3")
-                .args(["-m", "venv"])
-                .arg(&venv)
-                .output()
-                .map_err(|e| format!("python3 not runnable: {e}"))?;
-            if !out.status.success() {
-                return Err(format!(
-                    "python3 -m venv failed: {}",
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ));
-            }
-        }
+        let python = ensure_venv(&venv)?;
         let probe = |python: &Path| {
             Command::new(python)
                 .args(["-c", "import asyncssh; print(asyncssh.__version__)"])
@@ -310,6 +296,27 @@ pub fn parse_kv(line: &str) -> HashMap<String, String> {
         .filter_map(|kv| kv.split_once('='))
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect()
+}
+
+/// Creates a Python venv at `venv` unless it exists; returns its interpreter. `Err` is a note
+/// for the report.
+pub fn ensure_venv(venv: &Path) -> Result<PathBuf, String> {
+    let python = venv.join("bin/python");
+    if !python.exists() {
+        println!("  creating a Python venv in {}", venv.display());
+        let out = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(venv)
+            .output()
+            .map_err(|e| format!("python3 not runnable: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "python3 -m venv failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+    }
+    Ok(python)
 }
 
 /// `python -m pip install <package>` (quiet, bounded retries); `Err` is a note for the report.

@@ -7,6 +7,7 @@ use std::{collections::HashMap, fmt, path::PathBuf, sync::Arc, time::Duration};
 use russh::keys::PrivateKey;
 
 use crate::{
+    command::Supervision,
     config::{self, AuthMethod, Config, EnvPlan, HostKeyPolicy, JumpHost, JumpTarget, Secret},
     error::{Error, Result},
     executor::SshExecutor,
@@ -454,7 +455,7 @@ impl SshExecutorBuilder {
             set,
         };
         env.validate()?;
-        Ok(Config {
+        let mut config = Config {
             host,
             port: self.port,
             user,
@@ -466,10 +467,8 @@ impl SshExecutorBuilder {
             max_connections: self.max_connections,
             channels_per_connection: self.channels_per_connection,
             spare_channels: self.spare_channels,
-            prestart_request: crate::command::prestart_request(crate::command::Supervision {
-                kill_on_disconnect: self.kill_on_disconnect,
-                grace: self.kill_grace,
-            }),
+            // Depends on the kill settings: set below, from the finished config.
+            prestart_request: Vec::new(),
             connect_timeout: self.connect_timeout,
             pool_wait_timeout: self.pool_wait_timeout,
             idle_timeout: self.idle_timeout,
@@ -481,7 +480,9 @@ impl SshExecutorBuilder {
             max_output_bytes: self.max_output_bytes,
             drain_timeout: Duration::from_secs(2),
             jump_hosts,
-        })
+        };
+        config.prestart_request = crate::command::prestart_request(Supervision::of(&config));
+        Ok(config)
     }
 
     /// Validates the settings and opens the first connection, so that a wrong host key,

@@ -749,14 +749,7 @@ async fn kill_group(
     let _ = channel.eof().await;
     // Drain to the server's close so the channel is released properly.
     let limit = config.kill_grace + config.connect_timeout;
-    let drained = tokio::time::timeout(limit, async {
-        while let Some(message) = channel.wait().await {
-            if matches!(message, russh::ChannelMsg::Close) {
-                break;
-            }
-        }
-    })
-    .await;
+    let drained = tokio::time::timeout(limit, pool::wait_for_close(&mut channel)).await;
     if drained.is_err() {
         let _ = channel.close().await;
         return Err(Error::Timeout {

@@ -10,6 +10,16 @@ pub(crate) struct Supervision {
     pub(crate) grace: std::time::Duration,
 }
 
+impl Supervision {
+    /// The executor's settings for stopping commands.
+    pub(crate) fn of(config: &crate::config::Config) -> Self {
+        Self {
+            kill_on_disconnect: config.kill_on_disconnect,
+            grace: config.kill_grace,
+        }
+    }
+}
+
 /// The supervisor: a background job in the command's process group, reading the channel's
 /// stdin (kept on fd 3 because a background job's stdin is otherwise `/dev/null`).
 ///

@@ -683,10 +683,19 @@ mod tests {
         ("bash", &["bash"]),
         ("zsh", &["zsh", "-f"]),
         ("mksh", &["mksh"]),
-        ("busybox", &["busybox", "ash"]),
+        ("ash", &["busybox", "ash"]),
         ("fish", &["fish", "--no-config"]),
         ("tcsh", &["tcsh", "-f"]),
     ];
+
+    /// The [`LOGIN_SHELLS`] that take the direct form.
+    fn posix_login_shells() -> Vec<(&'static str, &'static [&'static str])> {
+        LOGIN_SHELLS
+            .iter()
+            .copied()
+            .filter(|(name, _)| direct_capable(&format!("L {name}")))
+            .collect()
+    }
 
     fn installed(name: &str) -> bool {
         Command::new("sh")
@@ -804,16 +813,10 @@ mod tests {
             !expected.stderr.is_empty(),
             "the reference reports the missing command"
         );
-        let shells: &[(&str, &[&str])] = &[
-            ("sh", &["sh"]),
-            ("dash", &["dash"]),
-            ("bash", &["bash"]),
-            ("zsh", &["zsh", "-f"]),
-            ("mksh", &["mksh"]),
-            ("ash", &["busybox", "ash"]),
-        ];
+        let shells = posix_login_shells();
+        let names: Vec<&str> = shells.iter().map(|(name, _)| *name).collect();
+        assert_eq!(names, ["sh", "dash", "bash", "zsh", "mksh", "ash"]);
         for (name, invocation) in shells {
-            assert!(direct_capable(&format!("L {name}")), "{name}");
             if !installed(invocation[0]) {
                 assert!(std::env::var_os("CI").is_none(), "{name} missing in CI");
                 continue;
@@ -879,13 +882,7 @@ mod tests {
         let plain = EnvPlan::default();
         let direct_program = Program::Shell(command.into());
         let script = Program::parse("#!/bin/sh\nprintf script; nosuch_cmd_xyz");
-        for (name, invocation) in [
-            ("sh", &["sh"][..]),
-            ("bash", &["bash"][..]),
-            ("zsh", &["zsh", "-f"][..]),
-            ("mksh", &["mksh"][..]),
-            ("ash", &["busybox", "ash"][..]),
-        ] {
+        for (name, invocation) in posix_login_shells() {
             if !installed(invocation[0]) {
                 assert!(std::env::var_os("CI").is_none(), "{name} missing in CI");
                 continue;

@@ -22,10 +22,7 @@ pub(crate) async fn run_script(
     let marker = command::marker_prefix(rand::random());
     let wrapped = command::script_request(&marker, script, &stdin)?;
     let config = &executor.inner.config;
-    let supervision = command::Supervision {
-        kill_on_disconnect: config.kill_on_disconnect,
-        grace: config.kill_grace,
-    };
+    let supervision = command::Supervision::of(config);
     // On a pre-started spare: the universal form (`U`), whose stdin carries the data.
     let prestarted =
         command::prestart_payload(None, None, &config.env, &marker, supervision, &wrapped);

@@ -87,7 +87,7 @@ mod stats;
 
 pub(crate) use registry::{Counters, Registry};
 pub(crate) use session::{ChannelCount, Running, Session};
-pub(crate) use slot::{LogSink, SlotManager, give_back, open_channel};
+pub(crate) use slot::{LogSink, SlotManager, give_back, open_channel, wait_for_close};
 pub use stats::PoolStats;
 
 use std::sync::{

@@ -266,15 +266,21 @@ pub(crate) async fn give_back(
 async fn end_prestarted(mut channel: russh::Channel<russh::client::Msg>, limit: Duration) {
     let closed = tokio::time::timeout(limit, async {
         let _ = channel.eof().await;
-        while let Some(message) = channel.wait().await {
-            if matches!(message, russh::ChannelMsg::Close) {
-                return;
-            }
-        }
+        wait_for_close(&mut channel).await;
     })
     .await;
     if closed.is_err() {
         let _ = channel.close().await;
+    }
+}
+
+/// Reads `channel` until the server closes it (or the connection ends), so that it is
+/// released properly; what arrives meanwhile is dropped.
+pub(crate) async fn wait_for_close(channel: &mut russh::Channel<russh::client::Msg>) {
+    while let Some(message) = channel.wait().await {
+        if matches!(message, russh::ChannelMsg::Close) {
+            return;
+        }
     }
 }
 
@@ -355,11 +361,7 @@ async fn release_unused(mut channel: russh::Channel<russh::client::Msg>, limit: 
     let closed_by_server = tokio::time::timeout(limit, async {
         channel.exec(false, "exit 0").await.ok()?;
         let _ = channel.eof().await;
-        while let Some(message) = channel.wait().await {
-            if matches!(message, russh::ChannelMsg::Close) {
-                break;
-            }
-        }
+        wait_for_close(&mut channel).await;
         Some(())
     })
     .await;
