@@ -583,15 +583,20 @@ pub fn cold_start(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
         }
         Ok((Samples::new(samples), errors, dials))
     };
-    // One dial, for reference: ours (build() = connect + kex + auth + warm-up ping) and raw.
+    // One dial, for reference: ours (build() = connect + kex + auth, then its first command)
+    // and raw russh (connect + kex + auth + a keepalive ping, which shows sshd's Nagle stall on
+    // the first reply after authentication when ACKs are delayed).
     let dial_reps = ctx.size(10, 5);
-    let (ours_dial, raw_dial, raw_dial_nagle) = ctx.rt.block_on(async {
+    let (ours_dial, raw_dial, raw_dial_nagle, ours_first) = ctx.rt.block_on(async {
         let target = ctx.conn.raw_target();
-        let (mut a, mut b, mut c) = (vec![], vec![], vec![]);
+        let (mut a, mut b, mut c, mut d) = (vec![], vec![], vec![], vec![]);
         for _ in 0..dial_reps {
             let t = Instant::now();
             let executor = ctx.builder().build().await?;
             a.push(t.elapsed());
+            let t = Instant::now();
+            executor.run("true").await?;
+            d.push(t.elapsed());
             executor.close().await;
             let t = Instant::now();
             let h = raw::connect(&target, true).await?;
@@ -606,11 +611,20 @@ pub fn cold_start(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
                 .disconnect(russh::Disconnect::ByApplication, "", "en")
                 .await;
         }
-        anyhow::Ok((Samples::new(a), Samples::new(b), Samples::new(c)))
+        anyhow::Ok((
+            Samples::new(a),
+            Samples::new(b),
+            Samples::new(c),
+            Samples::new(d),
+        ))
     })?;
     println!(
         "  one dial: ours build()               {}",
         ours_dial.describe()
+    );
+    println!(
+        "  then its first `true`                {}",
+        ours_first.describe()
     );
     println!(
         "  one dial: raw russh connect+auth+ping {}",

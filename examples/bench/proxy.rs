@@ -18,6 +18,12 @@ pub fn start(target: SocketAddr, one_way: Duration) -> std::io::Result<SocketAdd
 }
 
 /// Reads as data arrives, stamps it, and writes it `delay` later; EOF is forwarded the same way.
+///
+/// Every read is acknowledged at once (`TCP_QUICKACK`), so that the proxy adds no
+/// delayed-ACK stall of its own: a TCP-terminating proxy cannot pass on the client's ACK
+/// timing, and with Linux's default an sshd packet held by Nagle's algorithm waited up to
+/// 40 ms for the proxy's ACK, whatever the client did. With this the link's round trips are
+/// the protocols' own (and a client's own quick or delayed ACKs do not show here).
 async fn pipe(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
@@ -33,6 +39,7 @@ async fn pipe(
                     break;
                 }
                 Ok(n) => {
+                    let _ = from.as_ref().set_quickack(true);
                     buf.truncate(n);
                     if tx.send((Instant::now() + delay, Some(buf))).is_err() {
                         break;

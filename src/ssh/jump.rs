@@ -27,7 +27,6 @@ use russh::{
     ChannelOpenFailure,
     client::{Handle, Msg},
 };
-use tokio::net::TcpStream;
 
 use crate::{
     config::{Config, Hop},
@@ -132,7 +131,7 @@ impl HopChain {
             let budget = Budget::start(config.connect_timeout);
             let (handle, closed) = match links.last() {
                 None => {
-                    let stream: TcpStream = connect::tcp_connect(&peer, &budget).await?;
+                    let stream = connect::tcp_connect(&peer, &budget).await?;
                     connect::handshake(russh_config.clone(), stream, &peer, &budget).await?
                 }
                 Some(previous) => {

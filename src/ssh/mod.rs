@@ -9,6 +9,7 @@ mod connect;
 mod host_key;
 mod jump;
 mod known_hosts;
+mod quick_ack;
 
 pub(crate) use connect::dial;
 pub(crate) use host_key::ClientHandler;
