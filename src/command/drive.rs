@@ -448,6 +448,14 @@ async fn drive_once(
                     let (found, parts) = marker.feed(data);
                     if found.is_some() {
                         pgid = found;
+                        // Nothing of ours prints before the marker, in any form: stderr
+                        // before it is the login shell talking (rc files, warnings). It would
+                        // talk in every pre-started spare too, before its command, and each
+                        // would be thrown away. (Not stdout: sshd may forward the command's
+                        // first stdout before the marker, which is on another pipe.)
+                        if marker.noise_before() {
+                            session.note_noisy_login();
+                        }
                         if direct.is_none()
                             && !prestarted
                             && let Some(traits) = marker.traits()

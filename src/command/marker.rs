@@ -16,6 +16,8 @@ pub(crate) struct MarkerParser {
     pending: Vec<u8>,
     done: bool,
     traits: Option<String>,
+    /// Stderr bytes came before the marker line.
+    noise_before: bool,
 }
 
 const MARKER_SEARCH_LIMIT: usize = 64 * 1024;
@@ -27,6 +29,7 @@ impl MarkerParser {
             pending: Vec::new(),
             done: false,
             traits: None,
+            noise_before: false,
         }
     }
 
@@ -34,6 +37,12 @@ impl MarkerParser {
     /// [`direct_capable`](crate::command::direct_capable)), once the marker has been found.
     pub(crate) fn traits(&self) -> Option<&str> {
         self.traits.as_deref()
+    }
+
+    /// Whether stderr bytes came before the marker line (once it has been found): the login
+    /// shell printed something before the request ran (rc files, warnings).
+    pub(crate) fn noise_before(&self) -> bool {
+        self.noise_before
     }
 
     /// Feeds stderr bytes; returns the pgid once the marker line is complete, and the bytes
@@ -69,6 +78,7 @@ impl MarkerParser {
         self.traits = Some(traits.trim().to_owned());
         let pending = std::mem::take(&mut self.pending);
         self.done = true;
+        self.noise_before = start > 0;
         let mut out = Vec::new();
         if let Some(before) = pending.get(..start).filter(|b| !b.is_empty()) {
             out.push(bytes::Bytes::copy_from_slice(before));
@@ -120,6 +130,7 @@ mod tests {
         let (pgid, out) = parser.feed(Bytes::from_static(b"more"));
         assert_eq!((pgid, out), (None, vec![Bytes::from_static(b"more")]));
         assert_eq!(parser.traits(), Some(""));
+        assert!(parser.noise_before());
     }
 
     #[test]
@@ -133,6 +144,8 @@ err",
         assert_eq!(pgid, Some(77));
         assert_eq!(parser.traits(), Some("L bash"));
         assert_eq!(out, vec![Bytes::from_static(b"err")]);
+        // What follows the marker is the command's, not noise.
+        assert!(!parser.noise_before());
     }
 
     #[test]

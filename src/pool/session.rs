@@ -50,7 +50,7 @@ pub(crate) struct Session {
     /// Which exec request form this connection's login shell takes (see
     /// [`Session::direct_bootstrap`]).
     direct_bootstrap: std::sync::atomic::AtomicU8,
-    /// A pre-started spare said something before its command (a login rc file that prints):
+    /// The login shell said something before a request ran (a login rc file that prints):
     /// spares on this connection are no longer pre-started (see `slot::prestart`).
     noisy_login: AtomicBool,
     /// Session channels opened ahead of demand, and the commands claiming channels here
@@ -126,8 +126,9 @@ impl Session {
         self.direct_bootstrap() == Some(true) && !self.noisy_login.load(Ordering::Acquire)
     }
 
-    /// A pre-started spare printed something before its command: its login shell's rc files
-    /// talk, and every pre-started spare would be thrown away.
+    /// The login shell printed something before running a request (a command's output
+    /// before its marker, or a pre-started spare's before its command): its rc files talk,
+    /// and every pre-started spare would be thrown away.
     pub(crate) fn note_noisy_login(&self) {
         self.noisy_login.store(true, Ordering::Release);
     }
