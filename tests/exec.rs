@@ -8,7 +8,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{builder, executor, remote_processes, testbed, token, wait_until_gone};
+use common::{
+    builder, echo_concurrently, executor, remote_processes, testbed, token, wait_until_gone,
+};
 use swiftide_core::{Command, CommandError, ToolExecutor};
 use swiftide_ssh_executor::{Error, ExecOptions, ExitStatus, OutputChunk, SshExecutor};
 
@@ -202,16 +204,8 @@ async fn fifty_concurrent_commands_beyond_one_connection_all_succeed() {
     let tb = testbed();
     let ex = builder(&tb).max_connections(3).build().await.unwrap();
     let started = Instant::now();
-    let tasks: Vec<_> = (0..50)
-        .map(|i| {
-            let ex = ex.clone();
-            tokio::spawn(async move { ex.run(&format!("sleep 0.3; echo {i}")).await })
-        })
-        .collect();
-    for (i, task) in tasks.into_iter().enumerate() {
-        let out = task.await.unwrap().unwrap();
+    for out in echo_concurrently(&ex, 50, "sleep 0.3; ").await {
         assert_eq!(out.status, ExitStatus::Code(0));
-        assert_eq!(out.stdout(), format!("{i}\n").as_bytes());
     }
     let stats = ex.pool_stats();
     assert!(stats.connections <= 3, "{stats:?}");

@@ -8,7 +8,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{builder, executor, remote_processes, testbed, token, wait_until_gone};
+use common::{
+    builder, echo_concurrently, executor, remote_processes, testbed, token, wait_until_gone,
+};
 use swiftide_ssh_executor::{Error, ExitStatus, SshExecutor};
 use swiftide_ssh_testbed::Testbed;
 
@@ -401,16 +403,7 @@ async fn a_call_rides_through_a_short_outage() {
 async fn a_two_session_server_refuses_few_channel_opens() {
     let tb = Testbed::builder().max_sessions(2).start().unwrap();
     let ex = executor(&tb).await;
-    let tasks: Vec<_> = (0..100)
-        .map(|i| {
-            let ex = ex.clone();
-            tokio::spawn(async move { ex.run(&format!("sleep 0.05; echo {i}")).await })
-        })
-        .collect();
-    for (i, task) in tasks.into_iter().enumerate() {
-        let run = task.await.unwrap().unwrap();
-        assert_eq!(run.stdout(), format!("{i}\n").as_bytes());
-    }
+    echo_concurrently(&ex, 100, "sleep 0.05; ").await;
     let stats = ex.pool_stats();
     eprintln!(
         "figure: 100 commands on a MaxSessions 2 server: {} refused opens, {} dials",

@@ -11,7 +11,7 @@ use std::{
     time::Duration,
 };
 
-use common::{builder, executor, testbed};
+use common::{builder, echo_concurrently, executor, testbed};
 
 /// Sequential warm commands start on spares (the first opens its own channel and a spare
 /// behind it); with `spare_channels(0)` none is opened. An idle executor keeps one spare.
@@ -67,16 +67,7 @@ async fn spares_never_exceed_the_channel_limit() {
             }
         })
     };
-    let tasks: Vec<_> = (0..60)
-        .map(|i| {
-            let ex = ex.clone();
-            tokio::spawn(async move { ex.run(&format!("sleep 0.02; echo {i}")).await })
-        })
-        .collect();
-    for (i, task) in tasks.into_iter().enumerate() {
-        let out = task.await.unwrap().unwrap();
-        assert_eq!(out.stdout(), format!("{i}\n").as_bytes());
-    }
+    echo_concurrently(&ex, 60, "sleep 0.02; ").await;
     // Then sequential ones, which run on spares.
     for _ in 0..10 {
         assert!(ex.run("true").await.unwrap().status.success());

@@ -115,32 +115,28 @@ pub fn streaming(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
     println!(
         "  {reps} rounds, interleaved; MiB/s per round, then median; client CPU s/GiB; peak RSS"
     );
-    println!(
-        "  ours exec_cmd_streaming, counting sink   {} -> {ours_rate:.0}, CPU {:.2} s/GiB, peak RSS {}, CommandOutput returned {} bytes",
-        fmt_rates(&rates[0]),
-        cpu_per_gib(0),
-        mib(peak(0) as u64),
-        f(&runs[0][0], "returned")
-    );
-    println!(
-        "  raw russh channel (same config)          {} -> {raw_rate:.0}, CPU {:.2} s/GiB, peak RSS {}",
-        fmt_rates(&rates[1]),
-        cpu_per_gib(1),
-        mib(peak(1) as u64)
-    );
-    println!(
-        "  ours, max_output_bytes(Some(1 MiB))      {} -> {capped_rate:.0}, CPU {:.2} s/GiB, peak RSS {}, CommandOutput {} bytes",
-        fmt_rates(&rates[2]),
-        cpu_per_gib(2),
-        mib(peak(2) as u64),
-        f(&runs[2][0], "returned")
-    );
-    println!(
-        "  raw russh keeping every chunk            {} -> {keep_rate:.0}, CPU {:.2} s/GiB, peak RSS {}",
-        fmt_rates(&rates[3]),
-        cpu_per_gib(3),
-        mib(peak(3) as u64)
-    );
+    // One line per variant, in `kinds` order: rounds, median, CPU, peak RSS (and what the
+    // executor's `CommandOutput` held).
+    let labels = [
+        ("ours exec_cmd_streaming, counting sink  ", true),
+        ("raw russh channel (same config)         ", false),
+        ("ours, max_output_bytes(Some(1 MiB))     ", true),
+        ("raw russh keeping every chunk           ", false),
+    ];
+    for (i, (label, ours)) in labels.into_iter().enumerate() {
+        let (median, _) = median_min(&rates[i]);
+        let returned = if ours {
+            format!(", CommandOutput {} bytes", f(&runs[i][0], "returned"))
+        } else {
+            String::new()
+        };
+        println!(
+            "  {label} {} -> {median:.0}, CPU {:.2} s/GiB, peak RSS {}{returned}",
+            fmt_rates(&rates[i]),
+            cpu_per_gib(i),
+            mib(peak(i) as u64),
+        );
+    }
     println!(
         "  ours / raw per round: median {vs_raw:.2}, min {vs_raw_min:.2}; ours / raw keeping: median {vs_keep:.2}, min {vs_keep_min:.2}; capped / raw: median {capped_vs_raw:.2}, min {capped_vs_raw_min:.2}"
     );

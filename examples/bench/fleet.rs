@@ -211,6 +211,14 @@ struct Run {
 }
 
 impl Run {
+    /// The figures of a peer's whole process tree, from its run under the rusage wrapper.
+    fn record_process(&mut self, w: &Wrapped) {
+        self.process_wall = w.wall;
+        self.process_cpu = w.cpu();
+        self.max_rss = w.max_rss();
+        self.tree_rss = w.tree_rss;
+    }
+
     fn passed(&self) -> bool {
         self.failure.is_none() && self.ok == self.hosts && self.hosts > 0
     }
@@ -619,10 +627,7 @@ fn run_asyncssh(python: &Path, helper: &Path, t: &Target<'_>, scratch: &Path) ->
     ];
     match run_wrapped(helper, &python.display().to_string(), &args, &[], scratch) {
         Ok(w) => {
-            run.process_wall = w.wall;
-            run.process_cpu = w.cpu();
-            run.max_rss = w.max_rss();
-            run.tree_rss = w.tree_rss;
+            run.record_process(&w);
             match w.lines.iter().rev().find(|(_, l)| l.starts_with("RESULT ")) {
                 Some((_, line)) => {
                     let r = parse_kv(line.trim_start_matches("RESULT "));
@@ -672,10 +677,7 @@ fn run_pssh(pssh: &str, helper: &Path, t: &Target<'_>, scratch: &Path) -> Run {
     let env = [("PYTHONUNBUFFERED", "1".to_owned())];
     match run_wrapped(helper, pssh, &args, &env, scratch) {
         Ok(w) => {
-            run.process_wall = w.wall;
-            run.process_cpu = w.cpu();
-            run.max_rss = w.max_rss();
-            run.tree_rss = w.tree_rss;
+            run.record_process(&w);
             let mut outputs = Vec::new();
             let mut succeeded = std::collections::HashSet::new();
             let mut previous_done = None;
@@ -774,10 +776,7 @@ fn run_ansible(ansible: &Path, helper: &Path, t: &Target<'_>, scratch: &Path) ->
         .map(str::to_owned)
         .collect();
         let w = run_wrapped(helper, &ansible.display().to_string(), &args, &env, scratch)?;
-        run.process_wall = w.wall;
-        run.process_cpu = w.cpu();
-        run.max_rss = w.max_rss();
-        run.tree_rss = w.tree_rss;
+        run.record_process(&w);
         // `h7 | CHANGED | rc=0 | (stdout) Linux …`
         let mut seen = std::collections::HashSet::new();
         for (_, line) in &w.lines {

@@ -5,7 +5,7 @@ pub mod differential;
 
 use std::time::{Duration, Instant};
 
-use swiftide_ssh_executor::{SshExecutor, SshExecutorBuilder};
+use swiftide_ssh_executor::{Execution, SshExecutor, SshExecutorBuilder};
 use swiftide_ssh_testbed::Testbed;
 
 pub fn testbed() -> Testbed {
@@ -34,6 +34,25 @@ pub async fn executor(testbed: &Testbed) -> SshExecutor {
         .build()
         .await
         .unwrap_or_else(|e| panic!("cannot connect to the testbed: {e}\n{}", testbed.sshd_log()))
+}
+
+/// Runs `<before>echo <i>` for `i` in `0..n`, all at once, and checks that each one printed
+/// its own number; returns the executions in order.
+pub async fn echo_concurrently(ex: &SshExecutor, n: usize, before: &str) -> Vec<Execution> {
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let ex = ex.clone();
+            let command = format!("{before}echo {i}");
+            tokio::spawn(async move { ex.run(&command).await })
+        })
+        .collect();
+    let mut runs = Vec::with_capacity(n);
+    for (i, task) in tasks.into_iter().enumerate() {
+        let run = task.await.unwrap().unwrap();
+        assert_eq!(run.stdout(), format!("{i}\n").as_bytes());
+        runs.push(run);
+    }
+    runs
 }
 
 /// A token unique to this process and call, used to find remote processes by command line.
