@@ -23,6 +23,10 @@ use swiftide_core::{Command, CommandError, ToolExecutor};
 use swiftide_ssh_executor::{ExitStatus, SshExecutor, SshExecutorBuilder};
 use swiftide_ssh_testbed::{LoginShell, Testbed};
 
+/// What the matrix needs beyond the OpenSSH server: the login shells and Dropbear.
+const MATRIX_PACKAGES: &str =
+    "apt-get install -y dropbear-bin openssh-sftp-server busybox fish zsh tcsh mksh";
+
 /// One row of the matrix.
 #[derive(Debug, Clone)]
 enum Row {
@@ -85,9 +89,14 @@ impl Row {
                 .sftp(*sftp)
                 .login_shell(LoginShell::Dash),
         };
-        builder
-            .start()
-            .unwrap_or_else(|e| panic!("{}: cannot start the testbed: {e}", self.name()))
+        builder.start().unwrap_or_else(|e| {
+            panic!(
+                "{}: cannot start the testbed: {e}\n\
+                 The compatibility matrix needs, as root: {MATRIX_PACKAGES} \
+                 (the README's Quickstart installs them)",
+                self.name()
+            )
+        })
     }
 }
 

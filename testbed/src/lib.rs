@@ -48,6 +48,7 @@ mod docker;
 mod dropbear;
 mod error;
 mod netns;
+mod prerequisite;
 mod process;
 mod shells;
 mod system;
@@ -70,6 +71,7 @@ pub use docker::{
 };
 pub use dropbear::{DEFAULT_DROPBEAR_PATH, DROPBEAR_SFTP_SERVER_PATH};
 pub use error::TestbedError;
+pub use prerequisite::skip_unless_ci;
 pub use shells::{LOGIN_SHELL_USER_PREFIX, LoginShell, TESTBED_LIB_DIR};
 
 /// The environment variable sshd sets (to `1`) in every session of a testbed, via
