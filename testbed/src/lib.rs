@@ -1,4 +1,5 @@
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 //! Starts real OpenSSH `sshd` processes on loopback for integration tests.
 //!
 //! Each [`Testbed`] owns a private temporary directory with a freshly generated host key,
@@ -44,6 +45,8 @@
 //! ```
 
 mod config;
+#[cfg(feature = "testcontainers")]
+mod containers;
 mod docker;
 mod dropbear;
 mod error;
@@ -64,9 +67,11 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
+#[cfg(feature = "testcontainers")]
+pub use containers::{SshConnection, SshImage};
 pub use docker::{
     CONTAINER_LABEL, DOCKER_CLI_ENV_VAR, DOCKER_USER, DockerImage, DockerTestbed,
-    DockerTestbedBuilder, OWNER_HOST_LABEL, OWNER_PID_LABEL, OWNER_START_LABEL,
+    DockerTestbedBuilder, OWNER_HOST_LABEL, OWNER_PID_LABEL, OWNER_START_LABEL, prepare_script,
 };
 pub use dropbear::{DEFAULT_DROPBEAR_PATH, DROPBEAR_SFTP_SERVER_PATH};
 pub use error::TestbedError;
