@@ -294,14 +294,17 @@ impl ContainerKeys {
         })
     }
 
+    #[cfg(feature = "testcontainers")]
     pub(crate) fn client_key(&self) -> &Path {
         &self.files.client_key
     }
 
+    #[cfg(feature = "testcontainers")]
     pub(crate) fn encrypted_key(&self) -> &Path {
         &self.files.encrypted_key
     }
 
+    #[cfg(feature = "testcontainers")]
     pub(crate) fn known_hosts(&self) -> &Path {
         &self.files.known_hosts
     }

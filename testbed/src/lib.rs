@@ -25,7 +25,11 @@
 //! Dropbear on BusyBox, see [`DockerImage`]), with fault controls for the whole machine:
 //! stop, kill, restart, pause, network disconnect. It needs the `docker` CLI and a
 //! daemon; `testbed/docker/prepare.sh` sets both up and builds the images without a
-//! container registry.
+//! container registry ([`prepare_script`] is its path inside this crate).
+//!
+//! With the feature `testcontainers`, `SshImage` offers the same images as
+//! `testcontainers::Image`s, and `SshConnection` tells a test how to reach a running one
+//! (mapped port, user, key, `known_hosts`).
 //!
 //! Requirements: Linux (`/proc`), the OpenSSH server (`apt-get install -y
 //! openssh-server`) and client (`ssh-keygen`, `ssh`). As root, the harness creates
