@@ -61,6 +61,20 @@ pub enum Error {
         reason: String,
     },
 
+    /// A duration setting is longer than the longest one accepted (2³¹ − 1 seconds, about
+    /// 68 years: OpenSSH's limit for time values), which timers could not hold. Values read
+    /// from an ssh_config file are refused when the file is loaded, as [`Error::SshConfig`]
+    /// naming the line.
+    #[error("{setting} of {value:?} is longer than the longest accepted, {max:?}")]
+    DurationTooLong {
+        /// The builder setting, e.g. `connect_timeout`.
+        setting: &'static str,
+        /// The value given.
+        value: Duration,
+        /// The longest value accepted.
+        max: Duration,
+    },
+
     /// A command, path or environment setting cannot be passed to the remote host.
     #[error("invalid input: {reason}")]
     InvalidInput {
