@@ -156,6 +156,26 @@ pub enum Error {
         line: usize,
     },
 
+    /// A known_hosts file has a `@revoked` line for this host (or one whose host field
+    /// cannot be read either) whose key cannot be read. It may revoke the presented key, so
+    /// the host is refused rather than the revocation ignored; fix or remove the line.
+    #[error(
+        "{file}:{line} is a @revoked line for {host}:{port} whose key cannot be read; \
+         refusing host key {fingerprint} rather than ignoring the revocation"
+    )]
+    UnreadableRevocation {
+        /// Destination host.
+        host: String,
+        /// Destination port.
+        port: u16,
+        /// SHA256 fingerprint of the presented key.
+        fingerprint: String,
+        /// The known_hosts file holding the `@revoked` line.
+        file: String,
+        /// 1-based line number of that line.
+        line: usize,
+    },
+
     /// A known_hosts file exists but cannot be read; the connection fails closed.
     #[error("cannot read known_hosts file {}", path.display())]
     KnownHosts {
