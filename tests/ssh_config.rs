@@ -1288,3 +1288,123 @@ fn an_include_of_thousands_of_files_and_itself_fails_fast() {
     );
     assert!(took < HOSTILE_FILE_BOUND, "took {took:?}");
 }
+
+/// Lines a generated config is made of: every supported keyword with good, huge and broken
+/// values, fan-out, self and sibling includes, patterns.
+fn random_line(rng: &mut rand::rngs::StdRng, hosts: &[&str]) -> String {
+    use rand::Rng;
+    let host = |rng: &mut rand::rngs::StdRng| hosts[rng.random_range(0..hosts.len())];
+    let time = |rng: &mut rand::rngs::StdRng| {
+        [
+            "0",
+            "5",
+            "1h30m",
+            "2147483647",
+            "2147483648",
+            "30500568904943w",
+            "18446744073709551615",
+            "3550w5d3h14m7s",
+            "x",
+            "",
+        ][rng.random_range(0..10)]
+    };
+    match rng.random_range(0..14) {
+        0 | 1 => {
+            let n = rng.random_range(1..40);
+            let patterns: Vec<String> = (0..n)
+                .map(|_| {
+                    let h = host(rng);
+                    match rng.random_range(0..4) {
+                        0 => format!("!{h}"),
+                        1 => format!("{h}*"),
+                        2 => "*".to_owned(),
+                        _ => h.to_owned(),
+                    }
+                })
+                .collect();
+            format!("Host {}", patterns.join(" "))
+        }
+        2 | 3 => {
+            let n = rng.random_range(1..10);
+            let hops: Vec<String> = (0..n).map(|_| host(rng).to_owned()).collect();
+            format!("ProxyJump {}", hops.join(","))
+        }
+        4 => {
+            let n = rng.random_range(1..50);
+            let files: Vec<String> = (0..n)
+                .map(|_| {
+                    ["config", "a", "b", "missing", "*", "a*"][rng.random_range(0..6)].to_owned()
+                })
+                .collect();
+            format!("Include {}", files.join(" "))
+        }
+        5 => format!("ConnectTimeout {}", time(rng)),
+        6 => format!("ServerAliveInterval {}", time(rng)),
+        7 => format!(
+            "ServerAliveCountMax {}",
+            ["3", "0", "18446744073709551615", "x"][rng.random_range(0..4)]
+        ),
+        8 => format!(
+            "Port {}",
+            ["22", "2222", "0", "65536"][rng.random_range(0..4)]
+        ),
+        9 => format!("HostName %h.{}", host(rng)),
+        10 => format!("User u{}", rng.random_range(0..5)),
+        11 => "Match all".to_owned(),
+        12 => format!(
+            "ProxyCommand {}",
+            ["none", "nc %h %p"][rng.random_range(0..2)]
+        ),
+        _ => format!("IdentityFile ~/.ssh/id_{}", host(rng)),
+    }
+}
+
+/// 300 seeded random configurations (with includes of each other and of themselves):
+/// loading and resolving every alias never panics and answers within the bound, and a
+/// resolved host builds or fails with a typed error, never a panic.
+#[test]
+fn random_configs_never_panic_and_answer_in_bounded_time() {
+    use rand::{Rng, SeedableRng};
+    let hosts = ["a", "b", "c", "d", "e", "f", "g", "h"];
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed_5c0f);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let _guard = runtime.enter();
+    let (mut loaded, mut resolved, mut built) = (0, 0, 0);
+    let mut slowest = Duration::ZERO;
+    for case in 0..300 {
+        let home = TempDir::new().unwrap();
+        for name in ["config", "a", "b"] {
+            let lines: Vec<String> = (0..rng.random_range(1..30))
+                .map(|_| random_line(&mut rng, &hosts))
+                .collect();
+            write(
+                home.path(),
+                &format!(".ssh/{name}"),
+                &(lines.join("\n") + "\n"),
+            );
+        }
+        let started = Instant::now();
+        let config = SshConfig::load_with_home(home.path().join(".ssh/config"), home.path());
+        if let Ok(config) = config {
+            loaded += 1;
+            for alias in hosts {
+                if let Ok(host) = config.resolve(alias) {
+                    resolved += 1;
+                    if let Ok(builder) = host.to_builder()
+                        && builder.user("u").build_lazy().is_ok()
+                    {
+                        built += 1;
+                    }
+                }
+            }
+        }
+        let took = started.elapsed();
+        slowest = slowest.max(took);
+        assert!(took < HOSTILE_FILE_BOUND, "case {case} took {took:?}");
+    }
+    eprintln!("loaded {loaded}, resolved {resolved}, built {built}; slowest {slowest:?}");
+    assert!(
+        loaded > 20 && resolved > 50 && built > 20,
+        "the sample must reach every stage"
+    );
+}

@@ -25,8 +25,13 @@
 //!   start of a line or of an argument.
 //! * `Include` (several arguments, globs) reads files in sorted order; relative paths are
 //!   relative to `~/.ssh`. An `Include` inside a `Host` block applies only when that block
-//!   does. Includes nest at most 16 deep; a pattern matching no file is skipped. The user
-//!   config and included files must not be writable by group or others.
+//!   does. Includes nest at most 16 deep (a file that includes itself is refused at once,
+//!   with the error OpenSSH gives at that depth); a pattern matching no file is skipped. The
+//!   user config and included files must not be writable by group or others. Beyond
+//!   OpenSSH, one configuration reads at most 1024 files and 64 MiB through `Include`, so
+//!   that no file, however generated, makes loading take long.
+//! * `ProxyJump`: only the first hop's own `ProxyJump` is followed (as `ssh` does), at most 8
+//!   levels deep; a resolved chain has at most 64 hops.
 //! * Values are checked when the file is loaded, for every block, as `ssh` does: a bad
 //!   `Port` anywhere is an error, not only in the block that applies.
 
@@ -90,7 +95,8 @@ const DEFAULT_IDENTITIES: &[&str] = &["id_rsa", "id_ecdsa", "id_ed25519"];
 /// | `ConnectTimeout` | [`connect_timeout`](crate::SshExecutorBuilder::connect_timeout) (`0` keeps the default) |
 /// | `ProxyCommand` | not supported: when it is in effect, [`HostConfig::to_builder`] fails rather than silently connecting directly (`ProxyCommand none` is fine) |
 ///
-/// Times accept OpenSSH's units (`90`, `30s`, `5m`, `1h30m`). Tokens in `IdentityFile` and
+/// Times accept OpenSSH's units (`90`, `30s`, `5m`, `1h30m`), at most 2³¹ − 1 seconds (about
+/// 68 years; `ssh` refuses more too, and timers could not hold much more). Tokens in `IdentityFile` and
 /// `UserKnownHostsFile`: `%%`, `%d` (local home), `%h` (host name), `%i` (local uid), `%k`
 /// and `%n` (alias), `%p` (port), `%r` (remote user), `%u` (local user); others (`%C`, `%l`,
 /// `%L`, `%j`) are an error.
