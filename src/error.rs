@@ -428,5 +428,28 @@ mod tests {
         };
         assert_eq!(e.to_string(), "h:22 has no SFTP subsystem");
         assert!(e.source().is_none());
+
+        let e = Error::DurationTooLong {
+            setting: "connect_timeout",
+            value: Duration::MAX,
+            max: Duration::from_secs(2_147_483_647),
+        };
+        assert_eq!(
+            e.to_string(),
+            "connect_timeout of 18446744073709551615.999999999s is longer than the longest \
+             accepted, 2147483647s"
+        );
+        let e = Error::UnreadableRevocation {
+            host: "h".into(),
+            port: 22,
+            fingerprint: "SHA256:x".into(),
+            file: "/k".into(),
+            line: 3,
+        };
+        assert_eq!(
+            e.to_string(),
+            "/k:3 is a @revoked line for h:22 whose key cannot be read; refusing host key \
+             SHA256:x rather than ignoring the revocation"
+        );
     }
 }

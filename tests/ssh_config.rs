@@ -1150,6 +1150,14 @@ async fn the_longest_durations_connect_and_run_through_two_hops() {
         "{:?}",
         run.status
     );
+    // A fleet deadline too far for the clock (its `began + limit` used to panic) is none.
+    let report = swiftide_ssh_executor::Fleet::new([executor])
+        .per_host_timeout(Duration::MAX)
+        .run("echo fleet", |_| {})
+        .await;
+    assert_eq!(report.summary().succeeded, 1, "{report:?}");
+    let output = report.results[0].outcome.as_ref().unwrap().stdout();
+    assert_eq!(output, b"fleet\n");
 }
 
 #[test]

@@ -636,6 +636,13 @@ mod tests {
         )
     }
 
+    /// The key type and the base64 of a key, apart.
+    fn type_and_base64(key: &PublicKey) -> (String, String) {
+        let text = key_text(key);
+        let (kind, b64) = text.split_once(' ').unwrap();
+        (kind.to_owned(), b64.to_owned())
+    }
+
     fn line(hosts: &str, key: &PublicKey) -> String {
         format!("{hosts} {}\n", key_text(key))
     }
@@ -1033,10 +1040,7 @@ mod tests {
     #[test]
     fn tabs_and_whitespace() {
         let key = ed25519();
-        let (kt, b64) = key_text(&key)
-            .split_once(' ')
-            .map(|(a, b)| (a.to_owned(), b.to_owned()))
-            .unwrap();
+        let (kt, b64) = type_and_base64(&key);
         let text = format!(
             "host1\t{kt}\t{b64}\tcomment\n  \t host2 \t {kt}  {b64}   some comment words\n@revoked\t*\t{kt}\t{b64}\n"
         );
@@ -1202,10 +1206,7 @@ mod tests {
     #[test]
     fn key_fields_skip_whitespace_like_b64_pton() {
         let key = ed25519();
-        let (kt, b64) = key_text(&key)
-            .split_once(' ')
-            .map(|(a, b)| (a.to_owned(), b.to_owned()))
-            .unwrap();
+        let (kt, b64) = type_and_base64(&key);
         let (head, tail) = b64.split_at(10);
         // Each of these is a key `ssh` reads (checked with ssh-keygen -l below): a vertical
         // tab or form feed inside the base64, two trailing `\r`s, a NUL after the key.
@@ -1261,10 +1262,7 @@ mod tests {
     fn an_unreadable_revocation_refuses_the_hosts_it_names() {
         let key = ed25519();
         let trusted = line("host", &key);
-        let (kt, b64) = key_text(&key)
-            .split_once(' ')
-            .map(|(a, b)| (a.to_owned(), b.to_owned()))
-            .unwrap();
+        let (kt, b64) = type_and_base64(&key);
         // Keys no reader can take: refusing the host is the only safe reading.
         for broken in [
             format!("@revoked host {kt} {}", &b64[..b64.len() - 4]),
