@@ -290,7 +290,8 @@ impl Fleet {
     /// in time: [`ExitStatus::TimedOut`] with the output so far. A host that does not even
     /// confirm the kill by the deadline (a frozen or silent server) is reported at the
     /// deadline the same way, with `confirmed_dead: false` and the output seen so far.
-    /// Defaults to `None` (commands use their executor's default timeout).
+    /// Defaults to `None` (commands use their executor's default timeout). A deadline too
+    /// far away for the clock to hold (`Duration::MAX`) is no deadline.
     #[must_use]
     pub fn per_host_timeout(mut self, timeout: Duration) -> Self {
         self.per_host_timeout = Some(timeout);

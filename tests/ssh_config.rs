@@ -1150,6 +1150,13 @@ async fn the_longest_durations_connect_and_run_through_two_hops() {
         "{:?}",
         run.status
     );
+    // The same through swiftide: a `Command` timeout of `Duration::MAX` is no timeout.
+    {
+        use swiftide_core::ToolExecutor;
+        let cmd = swiftide_core::Command::shell("echo swiftide").with_timeout(Duration::MAX);
+        let output = executor.exec_cmd(&cmd).await.unwrap();
+        assert_eq!(output.to_string().trim(), "swiftide");
+    }
     // A fleet deadline too far for the clock (its `began + limit` used to panic) is none.
     let report = swiftide_ssh_executor::Fleet::new([executor])
         .per_host_timeout(Duration::MAX)
