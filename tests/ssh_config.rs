@@ -1374,7 +1374,68 @@ fn random_line(rng: &mut rand::rngs::StdRng, hosts: &[&str]) -> String {
     }
 }
 
-/// 300 seeded random configurations (with includes of each other and of themselves):
+/// One of the hostile shapes above: ProxyJump fan-out, a self-include under many
+/// patterns, an include of many names and itself.
+fn hostile_seed(rng: &mut rand::rngs::StdRng) -> String {
+    use rand::Rng;
+    let mut text = String::new();
+    match rng.random_range(0..3) {
+        0 => {
+            for level in 0..7 {
+                let next = format!("l{}", level + 1);
+                text += &format!("Host l{level} a\n ProxyJump {}\n", vec![next; 8].join(","));
+            }
+        }
+        1 => {
+            let patterns: Vec<String> = (0..500).map(|i| format!("p{i}")).collect();
+            text += &format!(
+                "Host {} a b\n Include config a b\n User u\n",
+                patterns.join(" ")
+            );
+        }
+        _ => {
+            let names: Vec<String> = (0..500).map(|i| format!("missing{i}")).collect();
+            text += &format!(
+                "Host a\n ConnectTimeout 9\nInclude {} config a\n",
+                names.join(" ")
+            );
+        }
+    }
+    text
+}
+
+/// A few byte-level edits: separators, digits, `*`, `,`, newlines, deletions.
+fn mutate_config(rng: &mut rand::rngs::StdRng, text: &str) -> String {
+    use rand::Rng;
+    const INSERTS: &[&str] = &[
+        " ",
+        "\n",
+        ",",
+        "*",
+        "=",
+        "9",
+        "\"",
+        "#",
+        "!",
+        "%",
+        "w",
+        "\n Include config\n",
+    ];
+    let mut bytes = text.as_bytes().to_vec();
+    for _ in 0..rng.random_range(1..6) {
+        let at = rng.random_range(0..=bytes.len());
+        if rng.random_bool(0.7) {
+            let insert = INSERTS[rng.random_range(0..INSERTS.len())].as_bytes();
+            bytes.splice(at..at, insert.iter().copied());
+        } else if at < bytes.len() {
+            bytes.remove(at);
+        }
+    }
+    String::from_utf8(bytes).unwrap()
+}
+
+/// 300 seeded configurations, random lines or mutated hostile seeds (with includes of each
+/// other and of themselves):
 /// loading and resolving every alias never panics and answers within the bound, and a
 /// resolved host builds or fails with a typed error, never a panic.
 #[test]
@@ -1392,11 +1453,13 @@ fn random_configs_never_panic_and_answer_in_bounded_time() {
             let lines: Vec<String> = (0..rng.random_range(1..30))
                 .map(|_| random_line(&mut rng, &hosts))
                 .collect();
-            write(
-                home.path(),
-                &format!(".ssh/{name}"),
-                &(lines.join("\n") + "\n"),
-            );
+            let mut text = lines.join("\n") + "\n";
+            // Every other case: a hostile seed (fan-out, self-include), mutated.
+            if case % 2 == 1 {
+                let seed = hostile_seed(&mut rng);
+                text = mutate_config(&mut rng, &seed);
+            }
+            write(home.path(), &format!(".ssh/{name}"), &text);
         }
         let started = Instant::now();
         let config = SshConfig::load_with_home(home.path().join(".ssh/config"), home.path());
