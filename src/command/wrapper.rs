@@ -19,22 +19,27 @@
 //!
 //! 1. makes sure it leads its own process group. OpenSSH starts each session with `setsid`,
 //!    so the shell already does; Dropbear does not (all channels of a connection share one
-//!    group), so the bootstrap re-executes itself through `setsid` (its text is `$1` for
-//!    that purpose) and then also waits for the output pipes to close ([`WAIT_FOR_PIPES`]).
-//!    The check is `kill -0 -$$` (does a group numbered like this shell exist?), confirmed
-//!    by `/proc/$$/stat` before `setsid` runs; without `setsid` the command runs in the
-//!    server's group and the group kill cannot reach it (documented);
-//! 2. reads the **payload**: one line on stdin, read by the shell's `read` builtin, which
+//!    group), so the bootstrap starts itself again through `setsid` as a child (its text is
+//!    `$1` for that purpose), the leader of a new session that runs the steps below, and
+//!    waits outside it for the output pipes to close ([`NEW_SESSION_AND_WAIT`]). The check
+//!    is `kill -0 -$$` (does a group numbered like this shell exist?), confirmed by
+//!    `/proc/$$/stat`; without `setsid` the command runs in the server's group and the group
+//!    kill cannot reach it (documented);
+//! 2. prints the marker line with `$$`, the process-group id, on stderr, before it reads
+//!    anything (the time from the server's reply to the marker is the login shell's start-up:
+//!    `pool::startup`);
+//! 3. reads the **payload**: one line on stdin, read by the shell's `read` builtin, which
 //!    reads a pipe byte by byte and so leaves the rest of stdin alone;
-//! 3. prints the marker line with `$$`, the process-group id, on stderr;
 //! 4. starts the [supervisor](supervisor_line) on the rest of stdin (the control line);
-//! 5. `eval`s the payload: `cd`, the environment plan, and the user's program, every value
-//!    POSIX-quoted by [`quote_line`] (newlines written as `"$nl"`, a newline taken from the
-//!    shell's default `IFS`, so the payload stays one line).
+//! 5. `eval`s the payload: `cd -P` ([`CD`]), the environment plan, and the user's program,
+//!    every value POSIX-quoted by [`quote_line`] (newlines written as `"$nl"`, a newline taken
+//!    from the shell's default `IFS`, so the payload stays one line). The program is
+//!    `exec`ed, so that it leads the group as under LocalExecutor; a script's body reaches
+//!    its interpreter on a pipe ([`feed_and_exec`]).
 //!
 //! The payload has no size limit of its own: a command far larger than the 128 KiB one
 //! argument may hold goes to `sh -c` through a pipe instead of its argv ([`ARGV_LIMIT`]), and a
-//! shebang body is printed into its interpreter by the `printf` builtin. The price of reading
+//! shebang body is printed into its interpreter by the `printf` builtin ([`feed_and_exec`]). The price of reading
 //! stdin byte by byte is about 1 µs per payload byte on dash (a typical command: well under
 //! 0.1 ms; a 1 MiB command: about 1.5 s).
 //!
@@ -108,10 +113,12 @@ pub(crate) fn quote_line(value: &[u8]) -> Vec<u8> {
 /// them to the channel, outside the command's group, so a group kill leaves them draining.
 /// The waiting shell waits for both (they end when the last writer closes its end) and exits
 /// with the command's status, sent back on fd 9. The command does not inherit the extra
-/// descriptors; the waiting shell's own messages ("Killed") go to `/dev/null`. Death by
-/// signal comes back as status 128 + n on such servers.
+/// descriptors; the waiting shell's own messages ("Killed") go to `/dev/null` (hence the
+/// subshell: dash applies a simple command's redirections in the parent too, and would
+/// print "Terminated" into the command's stderr while it waits). Death by signal comes back
+/// as status 128 + n on such servers.
 const NEW_SESSION_AND_WAIT: &str = "exec 6>&1 7>&2; \
-     s=$( { { { setsid /bin/sh -c \"$1\" sh \"$1\" D 2>&4 4>&- 6>&- 7>&- 9>&-; echo $? >&9; } \
+     s=$( { { { (exec setsid /bin/sh -c \"$1\" sh \"$1\" D) 2>&4 4>&- 6>&- 7>&- 9>&-; echo $? >&9; } \
      4>&1 1>&3 3>&- 2>/dev/null | cat >&7 9>&-; } 3>&1 1>&9 | cat >&6 9>&-; } 9>&1 ); \
      exit \"${s:-125}\"";
 
@@ -761,8 +768,9 @@ mod tests {
             .unwrap();
             for login in [&["setsid", "sh"][..], &["sh"][..]] {
                 let out = run_as(login, &wrapped.request, &wrapped.stdin);
-                let (pgid, _) = strip_marker("@@m:", out.stderr.clone());
+                let (pgid, stderr) = strip_marker("@@m:", out.stderr.clone());
                 assert!(pgid.is_some(), "{name} {login:?}: {out:?}");
+                assert!(stderr.is_empty(), "{name} {login:?}: {out:?}");
                 assert_eq!(
                     String::from_utf8_lossy(&out.stdout),
                     expected,
@@ -784,6 +792,21 @@ mod tests {
                     "{name} direct"
                 );
             }
+        }
+        // Where the bootstrap waits for a new session, its own shells say nothing about how
+        // the command died (dash prints "Terminated" for a child it waits for).
+        for command in ["kill -TERM $$", "#!/bin/sh\nkill -KILL $$"] {
+            let program = Program::parse(command);
+            let wrapped = wrapper(&program, None, &EnvPlan::default(), "@@m:", QUIET).unwrap();
+            let out = run_as(&["sh"], &wrapped.request, &wrapped.stdin);
+            let (pgid, stderr) = strip_marker("@@m:", out.stderr);
+            assert!(pgid.is_some(), "{command}");
+            assert_eq!(String::from_utf8_lossy(&stderr), "", "{command}");
+            assert!(
+                matches!(out.status.code(), Some(143 | 137)),
+                "{command}: {:?}",
+                out.status
+            );
         }
     }
 
