@@ -39,9 +39,9 @@
 //!
 //! The payload has no size limit of its own: a command far larger than the 128 KiB one
 //! argument may hold goes to `sh -c` through a pipe instead of its argv ([`ARGV_LIMIT`]), and a
-//! shebang body is printed into its interpreter by the `printf` builtin ([`feed_and_exec`]). The price of reading
-//! stdin byte by byte is about 1 µs per payload byte on dash (a typical command: well under
-//! 0.1 ms; a 1 MiB command: about 1.5 s).
+//! shebang body is printed into its interpreter by the `printf` builtin ([`feed_and_exec`]).
+//! The price of reading stdin byte by byte is about 1 µs per payload byte on dash (a typical
+//! command: well under 0.1 ms; a 1 MiB command: about 1.5 s).
 //!
 //! # The direct form
 //!
@@ -153,7 +153,7 @@ fn bootstrap(marker: &str, supervision: Option<Supervision>) -> Vec<u8> {
     script.push_str("eval \"$w\"");
     debug_assert!(is_neutral(&script), "bootstrap is not login-shell neutral");
     // `$0` is `sh`, as the shell's own error messages name it (`sh: 1: x: not found`); the
-    // text itself is `$1`, for the `setsid` re-execution.
+    // text itself is `$1`, for the new session on servers that do not make one.
     format!("exec /bin/sh -c '{script}' sh '{script}'").into_bytes()
 }
 
