@@ -172,7 +172,7 @@ pub fn cases(dir: &Path) -> Vec<(&'static str, Command, Compare)> {
         ),
         (
             "current_dir through a symbolic link",
-            Command::shell("pwd; echo \"$PWD\"; printenv PWD").with_current_dir("linked"),
+            Command::shell("pwd; echo \"$PWD\"; sh -c 'echo \"$PWD\"'").with_current_dir("linked"),
             Exact,
         ),
         (
@@ -301,7 +301,9 @@ pub fn cases(dir: &Path) -> Vec<(&'static str, Command, Compare)> {
 
 /// Prints `leader` when the shell's `$$` is its process group's id, as when LocalExecutor
 /// starts it.
-pub const LEADS_ITS_GROUP: &str = "g=$(ps -o pgid= -p $$ | tr -d ' '); [ \"$$\" = \"$g\" ] && echo leader || echo \"not the leader: $$ in $g\"";
+/// (The fifth field of `/proc/<pid>/stat` is the group; `ps -p` is missing from BusyBox.)
+pub const LEADS_ITS_GROUP: &str = "read -r _ _ _ _ g _ </proc/$$/stat; \
+     [ \"$$\" = \"$g\" ] && echo leader || echo \"not the leader: $$ in $g\"";
 
 pub fn seed(dir: &Path) {
     std::fs::create_dir_all(dir.join("nested/deeper")).unwrap();
