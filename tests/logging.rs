@@ -30,16 +30,22 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
     }
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn logs_at_every_level_hold_no_secrets_or_file_contents() {
-    use swiftide_core::{Command, ToolExecutor};
+/// Captures what this thread logs at `level` and above until the guard is dropped (the tests
+/// run on current-thread runtimes, so the driver tasks log here too).
+fn capture(level: tracing::Level) -> (Captured, tracing::subscriber::DefaultGuard) {
     let captured = Captured::default();
     let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
+        .with_max_level(level)
         .with_writer(captured.clone())
         .with_ansi(false)
         .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    (captured, tracing::subscriber::set_default(subscriber))
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn logs_at_every_level_hold_no_secrets_or_file_contents() {
+    use swiftide_core::{Command, ToolExecutor};
+    let (captured, _guard) = capture(tracing::Level::TRACE);
 
     let tb = Testbed::builder()
         .unprivileged_user()
@@ -89,13 +95,7 @@ async fn logs_at_every_level_hold_no_secrets_or_file_contents() {
 /// `PoolStats` shows the figure. A quiet account's login shell is not reported.
 #[tokio::test(flavor = "current_thread")]
 async fn a_slow_login_shell_is_reported_once_per_connection() {
-    let captured = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::WARN)
-        .with_writer(captured.clone())
-        .with_ansi(false)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (captured, _guard) = capture(tracing::Level::WARN);
     let warnings = || {
         let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
         logs.lines()
