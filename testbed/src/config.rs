@@ -244,5 +244,13 @@ mod tests {
         assert!(lines.contains(&"ClientAliveCountMax 2"), "{config}");
         params.client_alive = None;
         assert!(!render(&params).contains("ClientAlive"));
+        // Accounts with home files: no SHLVL, so that Debian's bash reads ~/.bashrc.
+        assert!(render(&params).contains("SetEnv SHLVL=1 "));
+        params.quiet_bashrc = false;
+        let config = render(&params);
+        assert!(!config.contains("SHLVL"), "{config}");
+        assert!(
+            active(&config).contains(&"SetEnv SWIFTIDE_SSH_TESTBED=1 SWIFTIDE_SSH_TESTBED_ID=tb")
+        );
     }
 }
