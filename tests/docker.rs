@@ -238,6 +238,11 @@ fn busybox_differences() -> Vec<ExpectedDifference> {
             remote: not_found,
         },
         ExpectedDifference {
+            case: "a bash script leads its process group",
+            why: "no /bin/bash on a BusyBox-only host",
+            remote: not_found,
+        },
+        ExpectedDifference {
             case: "bashism fails on sh",
             why: "BusyBox ash implements `[[`, dash does not",
             remote: |o| o.variant == "Ok" && o.stdout.is_empty() && o.stderr.is_empty(),

@@ -414,6 +414,9 @@ async fn drive_once(
     let mut pgid: Option<u32> = None;
     let mut status: Option<ExitStatus> = None;
     let mut replied = false;
+    // When the server accepted the exec request (it had forked the login shell by then): from
+    // there to the marker is the login shell's start-up (`pool::startup`).
+    let mut replied_at: Option<std::time::Instant> = None;
     // Any output (the marker included) means the request was processed.
     let mut heard = false;
     let mut eof = false;
@@ -450,6 +453,19 @@ async fn drive_once(
                     let (found, parts) = marker.feed(data);
                     if found.is_some() {
                         pgid = found;
+                        if let Some(at) = replied_at {
+                            // `L bash` from the universal form; the direct form says `L direct`.
+                            let shell = marker
+                                .traits()
+                                .and_then(|traits| traits.split(' ').nth(1))
+                                .filter(|name| *name != "direct");
+                            session.login_shell_startup.record(
+                                at.elapsed(),
+                                &config.host,
+                                config.port,
+                                shell,
+                            );
+                        }
                         // Nothing of ours prints before the marker, in any form: stderr
                         // before it is the login shell talking (rc files, warnings). It would
                         // talk in every pre-started spare too, before its command, and each
@@ -481,7 +497,12 @@ async fn drive_once(
                         core_dumped,
                     });
                 }
-                Some(russh::ChannelMsg::Success) => replied = true,
+                Some(russh::ChannelMsg::Success) => {
+                    replied = true;
+                    if exec_text.is_some() {
+                        replied_at = Some(std::time::Instant::now());
+                    }
+                }
                 Some(russh::ChannelMsg::Eof) => eof = true,
                 Some(russh::ChannelMsg::Failure) if !replied => {
                     // The server refused the request: nothing ran.
