@@ -790,8 +790,11 @@ async fn two_hop_chain_from_the_builder_shares_hops_and_closes_with_its_connecti
         .build()
         .await
         .unwrap();
-    // Two concurrent commands with one channel per connection: two target connections.
-    let (one, two) = tokio::join!(ex.run("sleep 0.5; echo one"), ex.run("sleep 0.5; echo two"));
+    // Two concurrent commands with one channel per connection: two target connections. The
+    // pool dials the second one only for a caller still waiting after two dial times, so the
+    // commands outlast any dial on a loaded machine (0.5 s did not: 2 dials through two hops
+    // under a load of 10 took longer).
+    let (one, two) = tokio::join!(ex.run("sleep 3; echo one"), ex.run("sleep 3; echo two"));
     assert_eq!(one.unwrap().stdout(), b"one\n");
     assert_eq!(two.unwrap().stdout(), b"two\n");
     assert_eq!(ex.pool_stats().dials, 2, "{:?}", ex.pool_stats());
