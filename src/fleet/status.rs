@@ -82,13 +82,16 @@ impl HostStatus {
             Error::Connect { .. } | Error::ChannelRefused { .. } | Error::JumpForward { .. } => {
                 HostStatus::Unreachable
             }
-            // The pool wait ends before a channel is opened, so before the exec left.
-            Error::PoolTimeout { last_error, .. } => match last_error.as_deref() {
-                Some(inner) if !matches!(Self::of_error(inner), HostStatus::Unreachable) => {
-                    Self::of_error(inner)
+            // The pool wait ends before a channel is opened, so before the exec left; a typed
+            // refusal behind it keeps its own status (it must not be retried).
+            Error::PoolTimeout { last_error, .. } => {
+                match last_error.as_deref().map(Self::of_error) {
+                    Some(refused @ (HostStatus::HostKeyRefused(_) | HostStatus::AuthRejected)) => {
+                        refused
+                    }
+                    _ => HostStatus::Unreachable,
                 }
-                _ => HostStatus::Unreachable,
-            },
+            }
             _ => HostStatus::Error,
         }
     }
