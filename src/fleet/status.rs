@@ -131,12 +131,13 @@ impl HostStatus {
 }
 
 impl std::fmt::Display for HostStatus {
-    /// `ok`, `exit 3`, `signal KILL`, or the status's [`word`](HostStatus::word).
+    /// `ok`, `exit 3`, `signal KILL`, or the status's [`word`](HostStatus::word) with spaces
+    /// (`timed out`, `host key mismatch`).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             HostStatus::Failed { code } => write!(f, "exit {code}"),
             HostStatus::Signal { name } => write!(f, "signal {name}"),
-            other => f.write_str(other.word()),
+            other => f.write_str(&other.word().replace('_', " ")),
         }
     }
 }
@@ -213,5 +214,6 @@ mod tests {
             HostStatus::HostKeyRefused(HostKeyProblem::Unknown)
         );
         assert_eq!(HostStatus::Failed { code: 3 }.to_string(), "exit 3");
+        assert_eq!(HostStatus::MayHaveRun.to_string(), "may have run");
     }
 }
