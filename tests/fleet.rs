@@ -686,3 +686,69 @@ async fn a_yaml_inventory_selects_and_configures_the_hosts() {
     // db04's port has no host key on record and nobody listens: unreachable.
     assert_eq!(heads, ["db[01-03] ok", "db04 unreachable"], "{report:?}");
 }
+
+/// `~/.ssh/config` aliases: the file is parsed once and each alias resolved from it; a shard
+/// split is stable and covers every host exactly once.
+#[tokio::test]
+async fn ssh_config_aliases_and_stable_shards() {
+    let a = testbed();
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = String::new();
+    for n in 1..=3 {
+        config.push_str(&format!(
+            "Host box{n}\n  HostName 127.0.0.1\n  Port {}\n  User {}\n  IdentityFile {}\n  UserKnownHostsFile {}\n\n",
+            a.port(),
+            a.user(),
+            a.private_key_path().display(),
+            a.known_hosts_path().display()
+        ));
+    }
+    let path = dir.path().join("ssh_config");
+    std::fs::write(&path, config).unwrap();
+    let config = swiftide_ssh_executor::SshConfig::load(&path).unwrap();
+    let fleet = Fleet::from_ssh_config(&config, ["box1", "box2", "box3"]).unwrap();
+    let report = fleet.run("echo hi", |_| {}).await;
+    let heads: Vec<String> = report
+        .fold()
+        .iter()
+        .map(|g| format!("{} {}", g.nodeset, g.status))
+        .collect();
+    assert_eq!(heads, ["box[1-3] ok"], "{report:?}");
+
+    let template = SshExecutor::builder().user("ops").password("unused");
+    let names: Vec<String> = (1..=200).map(|i| format!("web{i:03}")).collect();
+    let shards: Vec<Vec<String>> = (0..4)
+        .map(|k| {
+            Fleet::from_nodeset("web[001-200]", &template)
+                .unwrap()
+                .shard(k, 4)
+                .unwrap()
+                .names()
+                .to_vec()
+        })
+        .collect();
+    let mut union: Vec<String> = shards.concat();
+    union.sort();
+    assert_eq!(union, names, "every host in exactly one shard");
+    assert!(
+        shards.iter().all(|s| (25..=75).contains(&s.len())),
+        "{:?}",
+        shards.iter().map(Vec::len).collect::<Vec<_>>()
+    );
+    // The same split every time.
+    let again = Fleet::from_hosts(names.iter().rev().cloned(), &template)
+        .unwrap()
+        .shard(2, 4)
+        .unwrap();
+    let mut again = again.names().to_vec();
+    again.sort();
+    let mut third = shards[2].clone();
+    third.sort();
+    assert_eq!(again, third);
+    assert!(
+        Fleet::from_hosts(["a"], &template)
+            .unwrap()
+            .shard(4, 4)
+            .is_err()
+    );
+}
