@@ -711,6 +711,23 @@ tier=prod
 web-canary.example.com
 "#;
 
+    /// The INI example without its one bad line.
+    fn valid_ini() -> Inventory {
+        Inventory::parse_ini(
+            &INI.replace(" ; not a comment in Ansible, but a bad assignment here", ""),
+        )
+        .unwrap()
+    }
+
+    fn selected(inventory: &Inventory, pattern: &str) -> Vec<String> {
+        inventory
+            .select(pattern)
+            .unwrap()
+            .into_iter()
+            .map(|h| h.name)
+            .collect()
+    }
+
     fn names(hosts: &[super::InventoryHost]) -> Vec<&str> {
         hosts.iter().map(|h| h.name.as_str()).collect()
     }
@@ -720,10 +737,7 @@ web-canary.example.com
         // `db-d:2222 ; ...` is not key=value: the line is refused with its number.
         let error = Inventory::parse_ini(INI).unwrap_err().to_string();
         assert!(error.contains("line 11"), "{error}");
-        let inventory = Inventory::parse_ini(
-            &INI.replace(" ; not a comment in Ansible, but a bad assignment here", ""),
-        )
-        .unwrap();
+        let inventory = valid_ini();
         let all = inventory.select("all").unwrap();
         assert_eq!(
             names(&all),
@@ -770,18 +784,8 @@ web-canary.example.com
 
     #[test]
     fn patterns_union_intersect_exclude() {
-        let inventory = Inventory::parse_ini(
-            &INI.replace(" ; not a comment in Ansible, but a bad assignment here", ""),
-        )
-        .unwrap();
-        let select = |p: &str| -> Vec<String> {
-            inventory
-                .select(p)
-                .unwrap()
-                .into_iter()
-                .map(|h| h.name)
-                .collect()
-        };
+        let inventory = valid_ini();
+        let select = |p: &str| selected(&inventory, p);
         assert_eq!(
             select("web:&prod:!canary"),
             [
@@ -888,14 +892,7 @@ all:
         tier: prod
 "#;
         let inventory = Inventory::parse_yaml(yaml).unwrap();
-        let select = |p: &str| -> Vec<String> {
-            inventory
-                .select(p)
-                .unwrap()
-                .into_iter()
-                .map(|h| h.name)
-                .collect()
-        };
+        let select = |p: &str| selected(&inventory, p);
         assert_eq!(
             select("all"),
             ["jump", "web01", "web02", "web-canary", "db1"]

@@ -886,7 +886,7 @@ mod tests {
 
     use bytes::Bytes;
 
-    use super::{OutputChunk, Seen, kill_reserve, parse_inventory_line};
+    use super::{OutputChunk, Seen, backoff, kill_reserve, parse_inventory_line, shard_of};
     use crate::command::ExitStatus;
 
     #[test]
@@ -933,6 +933,28 @@ mod tests {
             (execution.stderr(), execution.omitted_bytes),
             (b"de".to_vec(), 0)
         );
+    }
+
+    #[test]
+    fn retry_backoff_doubles_up_to_thirty_seconds() {
+        let base = Duration::from_millis(500);
+        let waits: Vec<u64> = (1..=8)
+            .map(|a| backoff(base, a).as_millis() as u64)
+            .collect();
+        assert_eq!(waits, [500, 1000, 2000, 4000, 8000, 16000, 30000, 30000]);
+        assert_eq!(backoff(base, u32::MAX), Duration::from_secs(30));
+    }
+
+    #[test]
+    fn shards_are_fixed_by_name() {
+        // Fixed values: a change here moves hosts between the shards of running fleets.
+        // (The first 8 bytes of SHA-256, big-endian, modulo the count.)
+        let shards: Vec<usize> = ["web01", "web02", "db1", "web03"]
+            .iter()
+            .map(|n| shard_of(n, 4))
+            .collect();
+        assert_eq!(shards, [0, 0, 3, 3]);
+        assert_eq!(shard_of("anything", 1), 0);
     }
 
     #[test]

@@ -163,34 +163,36 @@ fn split_last_number(name: &str) -> Option<(&str, &str, &str)> {
     Some((name.get(..start)?, name.get(start..end)?, name.get(end..)?))
 }
 
-/// Names in order of first appearance, without duplicates.
+/// Names in order of first appearance, without duplicates. `seen` mirrors `names`, so a
+/// union of many one-name terms (`a1,a2,...,a10000`) stays linear.
 #[derive(Default)]
 struct OrderedSet {
     names: Vec<String>,
+    seen: HashSet<String>,
 }
 
 impl OrderedSet {
     fn apply(&mut self, operator: char, names: Vec<String>) {
         match operator {
-            '!' => {
-                let drop: HashSet<&str> = names.iter().map(String::as_str).collect();
-                self.names.retain(|n| !drop.contains(n.as_str()));
-            }
-            '&' => {
-                let keep: HashSet<&str> = names.iter().map(String::as_str).collect();
-                self.names.retain(|n| keep.contains(n.as_str()));
-            }
-            '^' => {
+            '!' | '&' | '^' => {
                 let theirs: HashSet<&str> = names.iter().map(String::as_str).collect();
-                let ours: HashSet<String> = self.names.iter().cloned().collect();
-                self.names.retain(|n| !theirs.contains(n.as_str()));
+                let keep_common = operator == '&';
                 self.names
-                    .extend(names.iter().filter(|n| !ours.contains(*n)).cloned());
+                    .retain(|n| theirs.contains(n.as_str()) == keep_common);
+                let ours = std::mem::take(&mut self.seen);
+                self.seen = self.names.iter().cloned().collect();
+                if operator == '^' {
+                    for name in names {
+                        if !ours.contains(&name) && self.seen.insert(name.clone()) {
+                            self.names.push(name);
+                        }
+                    }
+                }
             }
             _ => {
-                let mut seen: HashSet<String> = self.names.iter().cloned().collect();
                 for name in names {
-                    if seen.insert(name.clone()) {
+                    if !self.seen.contains(&name) {
+                        self.seen.insert(name.clone());
                         self.names.push(name);
                     }
                 }
@@ -323,6 +325,7 @@ mod tests {
         assert_eq!(expand("web[1-5]!web[2-3]"), ["web1", "web4", "web5"]);
         assert_eq!(expand("web[1-5]&web[4-9]"), ["web4", "web5"]);
         assert_eq!(expand("web[1-3]^web[3-4]"), ["web1", "web2", "web4"]);
+        assert_eq!(expand("a[1-2]^a[2,3,3]"), ["a1", "a3"]);
         // (a ∪ b) ! a, not a ∪ (b ! a).
         assert_eq!(expand("a,b!a"), ["b"]);
         assert_eq!(expand("web[1-3]!web2,web2"), ["web1", "web3", "web2"]);
@@ -348,6 +351,15 @@ mod tests {
                 "{bad}: {error}"
             );
         }
+    }
+
+    #[test]
+    fn a_long_list_of_single_names() {
+        let list: Vec<String> = (0..20_000).map(|i| format!("h{i}")).collect();
+        let names = expand(&list.join(","));
+        assert_eq!(names, list);
+        assert_eq!(fold_nodeset(&names), "h[0-19999]");
+        assert_eq!(expand(&format!("{}!h[1-19999]", list.join(","))), ["h0"]);
     }
 
     #[test]
