@@ -210,7 +210,8 @@ pub struct FleetReport {
     pub results: Vec<HostResult>,
     /// The hosts that were not started, in member order.
     pub skipped: Vec<SkippedHost>,
-    /// Why the rollout stopped early (`None`: it did not).
+    /// Why the rollout stopped: a batch over its failure threshold, or fail-fast after a
+    /// failure (`None`: neither). Set even when nothing was left to skip (in the last batch).
     pub stopped: Option<String>,
     /// Wall time for the whole run.
     pub duration: Duration,
