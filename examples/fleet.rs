@@ -22,7 +22,7 @@
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use swiftide_ssh_executor::{Fleet, FleetEvent, Inventory, SshExecutor};
+use swiftide_ssh_executor::{Fleet, FleetEvent, Inventory, SshExecutor, fleet::LiveLines};
 use swiftide_ssh_testbed::Testbed;
 
 #[tokio::main]
@@ -103,8 +103,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             bar.println(line);
         }
     };
-    // Output arrives in chunks that may split lines: each host's partial line waits for the rest.
-    let mut partial: Vec<String> = vec![String::new(); fleet.members().len()];
+    // Chunks split lines anywhere: LiveLines hands out whole lines per host and stream.
+    let mut live = LiveLines::new();
     let report = fleet
         .run(&command, |event| match event {
             FleetEvent::Output {
@@ -113,13 +113,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 chunk,
                 ..
             } => {
-                let Some(buffer) = partial.get_mut(member) else {
-                    return;
-                };
-                buffer.push_str(&String::from_utf8_lossy(chunk.bytes()));
-                while let Some(end) = buffer.find('\n') {
-                    let line: String = buffer.drain(..=end).collect();
-                    say(format!("{host}: {}", line.trim_end()));
+                for line in live.push(member, chunk) {
+                    say(format!("{host}: {}", line.text));
                 }
             }
             FleetEvent::Retrying {
@@ -128,9 +123,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "{host}: unreachable ({error}), retrying in {delay:?}"
             )),
             FleetEvent::Finished { result, member, .. } => {
-                if let Some(rest) = partial.get_mut(member).filter(|b| !b.is_empty()) {
-                    say(format!("{}: {rest}", result.name));
-                    rest.clear();
+                for line in live.finish(member) {
+                    say(format!("{}: {}", result.name, line.text));
                 }
                 bar.inc(1);
                 bar.set_message(format!("last: {} {}", result.name, result.status()));

@@ -1,7 +1,7 @@
 //! Running one command on many hosts, the way operators run fleets: hosts chosen by node
 //! set, Ansible inventory, `~/.ssh/config` alias or failed-hosts file ([`inventory`],
 //! [`nodeset`]); rolling batches with failure thresholds and fail-fast ([`batch`]); retries
-//! of unreachable hosts only; live output per host; every host classified ([`HostStatus`]),
+//! of unreachable hosts only; live output per host, in whole lines ([`live`]); every host classified ([`HostStatus`]),
 //! folded like `clush -b` ([`fold`]), and recorded as JSON with an exit-code policy
 //! ([`record`]).
 //!
@@ -11,6 +11,7 @@
 pub mod batch;
 pub mod fold;
 pub mod inventory;
+pub mod live;
 pub mod nodeset;
 pub mod record;
 pub mod status;
@@ -29,6 +30,7 @@ use tokio::sync::mpsc;
 pub use batch::{BatchSize, Batches, Thresholds};
 pub use fold::{FoldedGroup, fold_records};
 pub use inventory::{Inventory, InventoryHost};
+pub use live::{LiveLine, LiveLines};
 pub use nodeset::{expand_nodeset, fold_nodeset};
 pub use record::{
     HostRecord, SCHEMA_VERSION, exit_code, max_exit_code, read_host_list, read_records,
