@@ -441,6 +441,34 @@ fn category(result: &HostResult) -> &'static str {
 }
 
 const FLEET_SIZE: usize = 24;
+
+/// Fleet hosts alternate between the images: OpenSSH at even positions, Dropbear at odd.
+fn fleet_image(i: usize) -> DockerImage {
+    if i.is_multiple_of(2) {
+        DockerImage::OpenSsh
+    } else {
+        DockerImage::DropbearBusybox
+    }
+}
+
+/// Starts `n` containers at once, alternating images.
+async fn start_fleet_containers(n: usize) -> Vec<DockerTestbed> {
+    tokio::task::spawn_blocking(move || {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..n)
+                .map(|i| {
+                    scope.spawn(move || DockerTestbed::builder().image(fleet_image(i)).start())
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap().unwrap_or_else(|e| panic!("start: {e}")))
+                .collect()
+        })
+    })
+    .await
+    .unwrap()
+}
 const PER_HOST_TIMEOUT: Duration = Duration::from_secs(8);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -456,28 +484,9 @@ async fn fleet_of_24_containers_with_faults_mid_run() {
         Fault::Restart,
     ];
     let fault_of = move |i: usize| faults.get(i).copied().unwrap_or(Fault::None);
-    let image_of = |i: usize| {
-        if i.is_multiple_of(2) {
-            DockerImage::OpenSsh
-        } else {
-            DockerImage::DropbearBusybox
-        }
-    };
 
     let setup = Instant::now();
-    let mut testbeds: Vec<DockerTestbed> = tokio::task::spawn_blocking(move || {
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..FLEET_SIZE)
-                .map(|i| scope.spawn(move || DockerTestbed::builder().image(image_of(i)).start()))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap().unwrap_or_else(|e| panic!("start: {e}")))
-                .collect()
-        })
-    })
-    .await
-    .unwrap();
+    let mut testbeds = start_fleet_containers(FLEET_SIZE).await;
     let mut members = Vec::new();
     for tb in &testbeds {
         members.push(
@@ -570,7 +579,7 @@ async fn fleet_of_24_containers_with_faults_mid_run() {
         let fault = fault_of(i);
         eprintln!(
             "docker: fleet host {i:2} {:16} port {} fault {:10} (done at {:>6}) | run 1: {:12} {:>7.2?} {:<12} | run 2: {:12} {:>7.2?} {:<12}",
-            image_name(image_of(i)),
+            image_name(fleet_image(i)),
             tb.port(),
             format!("{fault:?}"),
             fault_times
@@ -675,26 +684,7 @@ async fn fleet_of_24_containers_with_faults_mid_run() {
 async fn fleet_rollout_over_containers_retries_refuses_and_trips() {
     use swiftide_ssh_executor::fleet::{HostKeyProblem, HostStatus};
     require_docker!();
-    let image_of = |i: usize| {
-        if i.is_multiple_of(2) {
-            DockerImage::OpenSsh
-        } else {
-            DockerImage::DropbearBusybox
-        }
-    };
-    let mut testbeds: Vec<DockerTestbed> = tokio::task::spawn_blocking(move || {
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..6)
-                .map(|i| scope.spawn(move || DockerTestbed::builder().image(image_of(i)).start()))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap().unwrap_or_else(|e| panic!("start: {e}")))
-                .collect()
-        })
-    })
-    .await
-    .unwrap();
+    let mut testbeds = start_fleet_containers(6).await;
     let dir = tempfile::tempdir().unwrap();
     // c4 (index 3) is checked against c3's key: a changed host key.
     let wrong = dir.path().join("known_hosts");
