@@ -1,4 +1,5 @@
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 //! Starts real OpenSSH `sshd` processes on loopback for integration tests.
 //!
 //! Each [`Testbed`] owns a private temporary directory with a freshly generated host key,
@@ -24,7 +25,11 @@
 //! Dropbear on BusyBox, see [`DockerImage`]), with fault controls for the whole machine:
 //! stop, kill, restart, pause, network disconnect. It needs the `docker` CLI and a
 //! daemon; `testbed/docker/prepare.sh` sets both up and builds the images without a
-//! container registry.
+//! container registry ([`prepare_script`] is its path inside this crate).
+//!
+//! With the feature `testcontainers`, `SshImage` offers the same images as
+//! `testcontainers::Image`s, and `SshConnection` tells a test how to reach a running one
+//! (mapped port, user, key, `known_hosts`).
 //!
 //! Requirements: Linux (`/proc`), the OpenSSH server (`apt-get install -y
 //! openssh-server`) and client (`ssh-keygen`, `ssh`). As root, the harness creates
@@ -44,6 +49,8 @@
 //! ```
 
 mod config;
+#[cfg(feature = "testcontainers")]
+mod containers;
 mod docker;
 mod dropbear;
 mod error;
@@ -65,9 +72,11 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
+#[cfg(feature = "testcontainers")]
+pub use containers::{SshConnection, SshImage};
 pub use docker::{
     CONTAINER_LABEL, DOCKER_CLI_ENV_VAR, DOCKER_USER, DockerImage, DockerTestbed,
-    DockerTestbedBuilder, OWNER_HOST_LABEL, OWNER_PID_LABEL, OWNER_START_LABEL,
+    DockerTestbedBuilder, OWNER_HOST_LABEL, OWNER_PID_LABEL, OWNER_START_LABEL, prepare_script,
 };
 pub use dropbear::{DEFAULT_DROPBEAR_PATH, DROPBEAR_SFTP_SERVER_PATH};
 pub use error::TestbedError;
