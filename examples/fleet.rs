@@ -1,4 +1,6 @@
-//! Runs one command on every host of a fleet, with a live progress bar and a summary table.
+//! Runs one command on every host of a fleet: live lines prefixed with their host (as clush
+//! and pdsh print them) under a progress bar, then the output folded by node set (as
+//! `clush -b`), the counts, and the exit code of the documented policy.
 //!
 //! Run this example with:
 //!
@@ -6,18 +8,21 @@
 //! cargo run --ignore-rust-version --example fleet
 //! ```
 //!
-//! With no arguments it starts four local sshd testbed hosts (one of which is made slow) and
-//! adds a dead host, so every outcome shows. With an inventory file (`[user@]host[:port]` per
-//! line) it runs on those hosts instead, using `~/.ssh/known_hosts` and the ssh-agent:
+//! With no arguments it starts four local sshd testbed hosts (`node[1-4]`, one of which is
+//! made slow) and adds a dead host (`node5`), so every outcome shows. With an inventory file
+//! it runs on those hosts instead, using `~/.ssh/known_hosts` and the ssh-agent: an Ansible
+//! inventory (`.ini`, or `.yml` with the `yaml` feature) with a host pattern, or a plain
+//! list (`[user@]host[:port]` per line):
 //!
 //! ```sh
 //! cargo run --ignore-rust-version --example fleet -- hosts.txt 'uptime'
+//! cargo run --ignore-rust-version --example fleet -- inventory.ini 'web:!canary' 'uptime'
 //! ```
 
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use swiftide_ssh_executor::{Fleet, FleetEvent, SshExecutor};
+use swiftide_ssh_executor::{Fleet, FleetEvent, Inventory, SshExecutor, fleet::LiveLines};
 use swiftide_ssh_testbed::Testbed;
 
 #[tokio::main]
@@ -25,7 +30,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut testbeds = Vec::new();
     let (fleet, command) = match args.as_slice() {
-        [inventory, command, ..] => {
+        [inventory, pattern, command, ..] => {
+            let template = SshExecutor::builder().agent();
+            let inventory = Inventory::from_path(inventory.as_ref())?;
+            (
+                Fleet::from_ansible(&inventory, pattern, &template)?,
+                command.clone(),
+            )
+        }
+        [inventory, command] => {
             let template = SshExecutor::builder().agent();
             (
                 Fleet::from_inventory(inventory.as_ref(), &template)?,
@@ -34,9 +47,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         _ => {
             let mut members = Vec::new();
-            for _ in 0..4 {
+            for n in 1..=4 {
                 let testbed = Testbed::start()?;
-                members.push(
+                members.push((
+                    format!("node{n}"),
                     SshExecutor::builder()
                         .host(testbed.host())
                         .port(testbed.port())
@@ -44,27 +58,28 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                         .private_key_file(testbed.private_key_path())
                         .known_hosts_file(testbed.known_hosts_path())
                         .build_lazy()?,
-                );
+                ));
                 testbeds.push(testbed);
             }
             // A host nobody listens on.
             let dead_port = std::net::TcpListener::bind("127.0.0.1:0")?
                 .local_addr()?
                 .port();
-            members.push(
+            members.push((
+                "node5".to_owned(),
                 SshExecutor::builder()
                     .host("127.0.0.1")
                     .port(dead_port)
                     .user("nobody")
                     .password("unused")
+                    .connect_timeout(Duration::from_millis(500))
                     .build_lazy()?,
-            );
+            ));
             let slow = testbeds[3].id().to_owned();
             (
-                Fleet::new(members),
+                Fleet::named(members),
                 format!(
-                    "echo \"$(uname -n) load: $(cut -d' ' -f1 /proc/loadavg)\"; \
-                     sleep 0.$((RANDOM % 9)) 2>/dev/null || sleep 0.3; \
+                    "uname -s; sleep 0.$((RANDOM % 9)) 2>/dev/null || sleep 0.3; \
                      [ \"$SWIFTIDE_SSH_TESTBED_ID\" = {slow} ] && sleep 30; true"
                 ),
             )
@@ -72,52 +87,70 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let fleet = fleet
         .concurrency(8)
-        .per_host_timeout(Duration::from_secs(3));
+        .per_host_timeout(Duration::from_secs(3))
+        .retry_unreachable(1, Duration::from_millis(200));
 
     let bar = ProgressBar::new(fleet.members().len() as u64);
     bar.set_style(ProgressStyle::with_template(
         "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} hosts {msg}",
     )?);
     bar.enable_steady_tick(Duration::from_millis(100));
+    // Without a terminal the bar is hidden, and so would its lines be.
+    let say = |line: String| {
+        if bar.is_hidden() {
+            println!("{line}");
+        } else {
+            bar.println(line);
+        }
+    };
+    // Chunks split lines anywhere: LiveLines hands out whole lines per host and stream.
+    let mut live = LiveLines::new();
     let report = fleet
         .run(&command, |event| match event {
-            FleetEvent::Output { host, chunk, .. } => bar.println(format!(
-                "{host}: {}",
-                String::from_utf8_lossy(chunk.bytes()).trim_end()
+            FleetEvent::Output {
+                host,
+                member,
+                chunk,
+                ..
+            } => {
+                for line in live.push(member, chunk) {
+                    say(format!("{host}: {}", line.text));
+                }
+            }
+            FleetEvent::Retrying {
+                host, error, delay, ..
+            } => say(format!(
+                "{host}: unreachable ({error}), retrying in {delay:?}"
             )),
-            FleetEvent::Finished { result, .. } => {
+            FleetEvent::Finished { result, member, .. } => {
+                for line in live.finish(member) {
+                    say(format!("{}: {}", result.name, line.text));
+                }
                 bar.inc(1);
-                bar.set_message(format!("last: {} {}", result.host, result.status_text()));
+                bar.set_message(format!("last: {} {}", result.name, result.status()));
             }
             _ => {}
         })
         .await;
     bar.finish_and_clear();
 
-    println!("{:<24} {:<8} {:>10}  detail", "host", "status", "duration");
-    for (result, member) in report.results.iter().zip(fleet.members()) {
-        let detail = match &result.outcome {
-            Ok(execution) => String::from_utf8_lossy(&execution.stdout())
-                .trim()
-                .to_owned(),
-            Err(error) => error.to_string(),
-        };
-        let host = format!("{}:{}", result.host, member.port());
-        println!(
-            "{host:<24} {:<8} {:>10.2?}  {detail}",
-            result.status_text(),
-            result.duration
-        );
+    println!();
+    for group in report.fold() {
+        print!("{group}");
     }
     let summary = report.summary();
     println!(
-        "\n{} ok, {} failed, {} timed out, {} may have run (connection lost), {} unreachable in {:.2?}",
+        "\n{} ok, {} failed, {} timed out, {} may have run (connection lost), {} unreachable, \
+         {} host key refused, {} skipped in {:.2?}; exit code {}",
         summary.succeeded,
         summary.failed,
         summary.timed_out,
         summary.may_have_run,
         summary.unreachable,
-        report.duration
+        summary.host_key_refused,
+        summary.skipped,
+        report.duration,
+        report.exit_code()
     );
     Ok(())
 }

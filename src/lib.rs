@@ -39,7 +39,9 @@
 //!   LocalExecutor's ignore rules.
 //! * **Pooling:** commands share connections through channels ([`PoolStats`]); a command is
 //!   sent at most once.
-//! * **Fleets:** [`Fleet`] runs one command on many hosts.
+//! * **Fleets:** [`Fleet`] runs one command on many hosts: node sets, Ansible inventories,
+//!   rolling batches with failure thresholds, retries of unreachable hosts, folded output,
+//!   JSON records and an exit-code policy ([`fleet`]).
 //!
 //! How one command travels from `exec_cmd` to the remote process group and back, the kill
 //! path, the pool, the file layer and every difference from `LocalExecutor` are described in
@@ -58,7 +60,7 @@ mod config;
 mod error;
 mod executor;
 mod files;
-mod fleet;
+pub mod fleet;
 mod pool;
 mod ssh;
 mod swiftide;
@@ -71,7 +73,9 @@ pub use config::{
 pub use error::{Error, Phase, Result, SftpStatus};
 pub use executor::{ExecOptions, SshExecutor};
 pub use files::{DirEntry, FileMetadata, FileType};
-pub use fleet::{Fleet, FleetEvent, FleetReport, FleetSummary, HostResult};
+pub use fleet::{
+    Fleet, FleetEvent, FleetReport, FleetSummary, HostRecord, HostResult, HostStatus, Inventory,
+};
 pub use pool::PoolStats;
 
 #[doc(hidden)]

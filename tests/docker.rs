@@ -446,6 +446,34 @@ fn category(result: &HostResult) -> &'static str {
 }
 
 const FLEET_SIZE: usize = 24;
+
+/// Fleet hosts alternate between the images: OpenSSH at even positions, Dropbear at odd.
+fn fleet_image(i: usize) -> DockerImage {
+    if i.is_multiple_of(2) {
+        DockerImage::OpenSsh
+    } else {
+        DockerImage::DropbearBusybox
+    }
+}
+
+/// Starts `n` containers at once, alternating images.
+async fn start_fleet_containers(n: usize) -> Vec<DockerTestbed> {
+    tokio::task::spawn_blocking(move || {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..n)
+                .map(|i| {
+                    scope.spawn(move || DockerTestbed::builder().image(fleet_image(i)).start())
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap().unwrap_or_else(|e| panic!("start: {e}")))
+                .collect()
+        })
+    })
+    .await
+    .unwrap()
+}
 const PER_HOST_TIMEOUT: Duration = Duration::from_secs(8);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -461,28 +489,9 @@ async fn fleet_of_24_containers_with_faults_mid_run() {
         Fault::Restart,
     ];
     let fault_of = move |i: usize| faults.get(i).copied().unwrap_or(Fault::None);
-    let image_of = |i: usize| {
-        if i.is_multiple_of(2) {
-            DockerImage::OpenSsh
-        } else {
-            DockerImage::DropbearBusybox
-        }
-    };
 
     let setup = Instant::now();
-    let mut testbeds: Vec<DockerTestbed> = tokio::task::spawn_blocking(move || {
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..FLEET_SIZE)
-                .map(|i| scope.spawn(move || DockerTestbed::builder().image(image_of(i)).start()))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap().unwrap_or_else(|e| panic!("start: {e}")))
-                .collect()
-        })
-    })
-    .await
-    .unwrap();
+    let mut testbeds = start_fleet_containers(FLEET_SIZE).await;
     let mut members = Vec::new();
     for tb in &testbeds {
         members.push(
@@ -575,7 +584,7 @@ async fn fleet_of_24_containers_with_faults_mid_run() {
         let fault = fault_of(i);
         eprintln!(
             "docker: fleet host {i:2} {:16} port {} fault {:10} (done at {:>6}) | run 1: {:12} {:>7.2?} {:<12} | run 2: {:12} {:>7.2?} {:<12}",
-            image_name(image_of(i)),
+            image_name(fleet_image(i)),
             tb.port(),
             format!("{fault:?}"),
             fault_times
@@ -669,4 +678,116 @@ async fn fleet_of_24_containers_with_faults_mid_run() {
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+// ---------------------------------------------------------------------------------------
+// A rolling run over containers of both images: a host down at the start is retried until
+// it is back, a changed host key is its own status and never retried, and a batch
+// threshold trips on an unreachable host.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_rollout_over_containers_retries_refuses_and_trips() {
+    use swiftide_ssh_executor::fleet::{HostKeyProblem, HostStatus};
+    require_docker!();
+    let mut testbeds = start_fleet_containers(6).await;
+    let dir = tempfile::tempdir().unwrap();
+    // c4 (index 3) is checked against c3's key: a changed host key.
+    let wrong = dir.path().join("known_hosts");
+    std::fs::write(
+        &wrong,
+        format!(
+            "[127.0.0.1]:{} {}\n",
+            testbeds[3].port(),
+            testbeds[2].host_public_key()
+        ),
+    )
+    .unwrap();
+    let fleet = |testbeds: &[DockerTestbed]| {
+        Fleet::named(testbeds.iter().enumerate().map(|(i, tb)| {
+            let mut b = builder(tb).connect_timeout(Duration::from_millis(500));
+            if i == 3 {
+                b = b.known_hosts_file(&wrong);
+            }
+            (format!("c{}", i + 1), b.build_lazy().unwrap())
+        }))
+        .per_host_timeout(Duration::from_secs(10))
+    };
+
+    // Run 1: c2 is down when the run starts and comes back a second later; the fleet is
+    // built first (build_lazy opens nothing), and c2's port stays the same.
+    testbeds[1].stop().unwrap();
+    let run1 = fleet(&testbeds).retry_unreachable(6, Duration::from_millis(300));
+    let mut down = testbeds.remove(1);
+    let back = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(1));
+        down.start_again().unwrap();
+        down
+    });
+    let mut retried = Vec::new();
+    let report = run1
+        .run("uname -s", |event| {
+            if let FleetEvent::Retrying { host, .. } = event {
+                retried.push(host.to_owned());
+            }
+        })
+        .await;
+    testbeds.insert(1, back.join().unwrap());
+    let heads: Vec<String> = report
+        .fold()
+        .iter()
+        .map(|g| format!("{} {} {:?}", g.nodeset, g.status, g.stdout))
+        .collect();
+    eprintln!("docker: fleet rollout run 1: {heads:?}, retried {retried:?}");
+    assert_eq!(
+        heads,
+        [
+            "c[1-3,5-6] ok Some(\"Linux\\n\")",
+            "c4 host key mismatch None",
+        ],
+        "{report:?}"
+    );
+    assert!(
+        !retried.is_empty() && retried.iter().all(|h| h == "c2"),
+        "{retried:?}"
+    );
+    assert!(report.results[1].attempts >= 2);
+    assert_eq!(report.results[3].attempts, 1);
+    assert_eq!(
+        report.results[3].status(),
+        HostStatus::HostKeyRefused(HostKeyProblem::Mismatch)
+    );
+    assert_eq!(report.exit_code(), 5);
+
+    // Run 2: c2 down again, no retries, batches of 2 with at most 40 % failures: the first
+    // batch (c1 ok, c2 unreachable) trips, c3..c6 are skipped and say so.
+    testbeds[1].stop().unwrap();
+    let report = fleet(&testbeds)
+        .batches("2".parse().unwrap())
+        .max_fail_percentage(40)
+        .run("uname -s", |_| {})
+        .await;
+    let records = report.records(true);
+    let statuses: Vec<(&str, &str)> = records
+        .iter()
+        .map(|r| (r.host.as_str(), r.status.as_str()))
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            ("c1", "ok"),
+            ("c2", "unreachable"),
+            ("c3", "skipped"),
+            ("c4", "skipped"),
+            ("c5", "skipped"),
+            ("c6", "skipped")
+        ]
+    );
+    assert!(
+        records[2]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("1 of 2 hosts failed")
+    );
+    assert_eq!(report.exit_code(), 6);
 }
