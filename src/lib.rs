@@ -49,10 +49,10 @@
 //!
 //! All off by default; without them none of the adapters' dependencies are built.
 //!
-//! * **`agent-sdk`**: [`adapters::agent_sdk`], an agent-sdk `Environment` over SSH.
-//! * **`bamboo`**: [`adapters::bamboo`], a bamboo `ToolExecutor` with bamboo's built-in file
+//! * **`agent-sdk`**: `adapters::agent_sdk`, an agent-sdk `Environment` over SSH.
+//! * **`bamboo`**: `adapters::bamboo`, a bamboo `ToolExecutor` with bamboo's built-in file
 //!   and shell tools over SSH.
-//! * **`mcp`**: [`adapters::mcp`], an MCP server exposing the executor's commands and files
+//! * **`mcp`**: `adapters::mcp`, an MCP server exposing the executor's commands and files
 //!   (for embedding; the `swiftide-ssh-mcp` crate is the ready-made binary).
 //!
 //! # Stability
@@ -98,5 +98,7 @@ pub use files::{DirEntry, FileMetadata, FileType};
 pub use fleet::{Fleet, FleetEvent, FleetReport, FleetSummary, HostResult};
 pub use pool::PoolStats;
 
+// For the crate's own benchmarks (examples/bench); hidden, so not covered by semver (see
+// "Stability" above).
 #[doc(hidden)]
 pub use command::exec_request_for_benchmarks;

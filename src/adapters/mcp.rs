@@ -78,7 +78,7 @@ impl ServerOptions {
 }
 
 /// The MCP server: the executor's commands and files as MCP tools. Serve it with rmcp
-/// (`server.serve(transport)`), or over stdio with [`serve_stdio`].
+/// (`server.serve(transport)`), or over stdio with [`serve`].
 #[derive(Debug, Clone)]
 pub struct SshMcpServer {
     executor: SshExecutor,

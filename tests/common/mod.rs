@@ -4,6 +4,8 @@
 pub mod differential;
 mod processes;
 
+// Not every test binary uses all three.
+#[allow(unused_imports)]
 pub use processes::{remote_processes, token, wait_until_gone};
 
 use swiftide_ssh_executor::{Execution, SshExecutor, SshExecutorBuilder};
