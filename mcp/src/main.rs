@@ -48,7 +48,11 @@ const DEFAULT_MAX_OUTPUT_BYTES: usize = 1024 * 1024;
 /// often pass settings that way); a flag on the command line wins over the variable.
 #[derive(Debug, Parser)]
 #[command(name = "swiftide-ssh-mcp", version)]
-#[command(group(clap::ArgGroup::new("destination").required(true).args(["host", "alias", "ssh_config_alias"])))]
+#[command(group(
+    clap::ArgGroup::new("destination")
+        .required(true)
+        .args(["host", "alias", "ssh_config_alias"])
+))]
 struct Cli {
     #[command(flatten)]
     destination: Destination,
@@ -118,11 +122,19 @@ struct HostKeys {
     known_hosts: Vec<PathBuf>,
     /// Record keys of unknown hosts in the first known_hosts file; a changed key is still
     /// refused.
-    #[arg(long, env = "SWIFTIDE_SSH_ACCEPT_NEW_HOST_KEYS", value_parser = BoolishValueParser::new())]
+    #[arg(
+        long,
+        env = "SWIFTIDE_SSH_ACCEPT_NEW_HOST_KEYS",
+        value_parser = BoolishValueParser::new()
+    )]
     accept_new_host_keys: bool,
     /// DISABLE host-key verification (anyone on the path can impersonate the host);
     /// throwaway test hosts only.
-    #[arg(long, env = "SWIFTIDE_SSH_INSECURE_ACCEPT_ANY_HOST_KEY", value_parser = BoolishValueParser::new())]
+    #[arg(
+        long,
+        env = "SWIFTIDE_SSH_INSECURE_ACCEPT_ANY_HOST_KEY",
+        value_parser = BoolishValueParser::new()
+    )]
     insecure_accept_any_host_key: bool,
 }
 
@@ -139,11 +151,21 @@ struct Tools {
     #[arg(long, value_name = "DIR", env = "SWIFTIDE_SSH_ROOT")]
     root: Option<PathBuf>,
     /// Default command timeout in seconds (0 = none).
-    #[arg(long = "timeout", value_name = "SECS", env = "SWIFTIDE_SSH_TIMEOUT", default_value_t = DEFAULT_TIMEOUT_SECS)]
+    #[arg(
+        long = "timeout",
+        value_name = "SECS",
+        env = "SWIFTIDE_SSH_TIMEOUT",
+        default_value_t = DEFAULT_TIMEOUT_SECS
+    )]
     timeout_secs: u64,
     /// Output a command result keeps (head and tail); progress notifications still carry
     /// everything.
-    #[arg(long, value_name = "N", env = "SWIFTIDE_SSH_MAX_OUTPUT_BYTES", default_value_t = DEFAULT_MAX_OUTPUT_BYTES)]
+    #[arg(
+        long,
+        value_name = "N",
+        env = "SWIFTIDE_SSH_MAX_OUTPUT_BYTES",
+        default_value_t = DEFAULT_MAX_OUTPUT_BYTES
+    )]
     max_output_bytes: usize,
     /// TCP + handshake + authentication, in seconds (default 10).
     #[arg(
@@ -153,7 +175,13 @@ struct Tools {
     )]
     connect_timeout_secs: Option<u64>,
     /// Logs go to stderr (stdout carries the protocol).
-    #[arg(long, value_name = "LEVEL", env = "SWIFTIDE_SSH_LOG_LEVEL", value_enum, default_value_t = LogLevel::Warn)]
+    #[arg(
+        long,
+        value_name = "LEVEL",
+        env = "SWIFTIDE_SSH_LOG_LEVEL",
+        value_enum,
+        default_value_t = LogLevel::Warn
+    )]
     log_level: LogLevel,
 }
 

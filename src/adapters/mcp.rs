@@ -11,9 +11,9 @@
 //! * **Cancellation:** a `notifications/cancelled` for a running tool call drops the
 //!   executor's future, which kills the remote process group (SIGTERM, then SIGKILL after the
 //!   grace period). So does the client going away (stdin closed).
-//! * **Root:** with [`ServerOptions::root`] every file tool (and `run_command`'s working directory)
-//!   resolves its path with the server's `realpath` (SFTP) before each access, and refuses a
-//!   path that resolves outside the root. Commands themselves are not confined: a shell
+//! * **Root:** with [`ServerOptions::root`] every file tool (and `run_command`'s working
+//!   directory) resolves its path with the server's `realpath` (SFTP) before each access, and
+//!   refuses a path that resolves outside the root. Commands themselves are not confined: a shell
 //!   command can touch anything the account can.
 //! * **Errors:** arguments that do not match a tool's schema are JSON-RPC `invalid params`
 //!   errors (rmcp's convention); everything else that goes wrong (a nonzero exit, a path
