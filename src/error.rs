@@ -61,6 +61,20 @@ pub enum Error {
         reason: String,
     },
 
+    /// A duration setting is longer than the longest one accepted (2³¹ − 1 seconds, about
+    /// 68 years: OpenSSH's limit for time values), which timers could not hold. Values read
+    /// from an ssh_config file are refused when the file is loaded, as [`Error::SshConfig`]
+    /// naming the line.
+    #[error("{setting} of {value:?} is longer than the longest accepted, {max:?}")]
+    DurationTooLong {
+        /// The builder setting, e.g. `connect_timeout`.
+        setting: &'static str,
+        /// The value given.
+        value: Duration,
+        /// The longest value accepted.
+        max: Duration,
+    },
+
     /// A command, path or environment setting cannot be passed to the remote host.
     #[error("invalid input: {reason}")]
     InvalidInput {
@@ -130,6 +144,26 @@ pub enum Error {
     /// The server presented a key that a known_hosts file marks `@revoked`.
     #[error("host key {fingerprint} of {host}:{port} is revoked ({file}:{line})")]
     HostKeyRevoked {
+        /// Destination host.
+        host: String,
+        /// Destination port.
+        port: u16,
+        /// SHA256 fingerprint of the presented key.
+        fingerprint: String,
+        /// The known_hosts file holding the `@revoked` line.
+        file: String,
+        /// 1-based line number of that line.
+        line: usize,
+    },
+
+    /// A known_hosts file has a `@revoked` line for this host (or one whose host field
+    /// cannot be read either) whose key cannot be read. It may revoke the presented key, so
+    /// the host is refused rather than the revocation ignored; fix or remove the line.
+    #[error(
+        "{file}:{line} is a @revoked line for {host}:{port} whose key cannot be read; \
+         refusing host key {fingerprint} rather than ignoring the revocation"
+    )]
+    UnreadableRevocation {
         /// Destination host.
         host: String,
         /// Destination port.
@@ -394,5 +428,28 @@ mod tests {
         };
         assert_eq!(e.to_string(), "h:22 has no SFTP subsystem");
         assert!(e.source().is_none());
+
+        let e = Error::DurationTooLong {
+            setting: "connect_timeout",
+            value: Duration::MAX,
+            max: Duration::from_secs(2_147_483_647),
+        };
+        assert_eq!(
+            e.to_string(),
+            "connect_timeout of 18446744073709551615.999999999s is longer than the longest \
+             accepted, 2147483647s"
+        );
+        let e = Error::UnreadableRevocation {
+            host: "h".into(),
+            port: 22,
+            fingerprint: "SHA256:x".into(),
+            file: "/k".into(),
+            line: 3,
+        };
+        assert_eq!(
+            e.to_string(),
+            "/k:3 is a @revoked line for h:22 whose key cannot be read; refusing host key \
+             SHA256:x rather than ignoring the revocation"
+        );
     }
 }

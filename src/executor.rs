@@ -44,7 +44,8 @@ pub struct ExecOptions {
     /// Directory to run in: absolute, or relative to the executor's workdir. Defaults to the
     /// workdir.
     pub current_dir: Option<PathBuf>,
-    /// Timeout for this call. Defaults to the executor's default timeout.
+    /// Timeout for this call. Defaults to the executor's default timeout. One too long for
+    /// the clock to hold (`Duration::MAX`) is no timeout: its deadline could never pass.
     pub timeout: Option<Duration>,
 }
 

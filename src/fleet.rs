@@ -9,6 +9,7 @@ use tokio::sync::mpsc;
 use crate::{
     builder::SshExecutorBuilder,
     command::{Execution, ExitStatus, OutputChunk},
+    config::limit,
     error::{Error, Result},
     executor::{ExecOptions, SshExecutor},
 };
@@ -148,7 +149,9 @@ impl FleetReport {
 /// The part of a per-host deadline kept for killing a command that runs over it:
 /// `kill_grace` (TERM to KILL) + 0.5 s, at most a quarter of the deadline.
 fn kill_reserve(limit: Duration, kill_grace: Duration) -> Duration {
-    (kill_grace + Duration::from_millis(500)).min(limit / 4)
+    kill_grace
+        .saturating_add(Duration::from_millis(500))
+        .min(limit / 4)
 }
 
 /// A host's output as the fleet saw it, for a result made at the deadline: the chunks up to
@@ -287,7 +290,8 @@ impl Fleet {
     /// in time: [`ExitStatus::TimedOut`] with the output so far. A host that does not even
     /// confirm the kill by the deadline (a frozen or silent server) is reported at the
     /// deadline the same way, with `confirmed_dead: false` and the output seen so far.
-    /// Defaults to `None` (commands use their executor's default timeout).
+    /// Defaults to `None` (commands use their executor's default timeout). A deadline too
+    /// far away for the clock to hold (`Duration::MAX`) is no deadline.
     #[must_use]
     pub fn per_host_timeout(mut self, timeout: Duration) -> Self {
         self.per_host_timeout = Some(timeout);
@@ -338,10 +342,13 @@ impl Fleet {
                         // The command's own timeout kills it a little before the deadline;
                         // this bound catches a kill (or a connection) the server never
                         // completes. Dropping `work` kills the group in the background.
-                        Some(limit) => match tokio::time::timeout_at(began + limit, work).await {
-                            Ok(outcome) => outcome,
-                            Err(_) => Ok(seen.timed_out(executor.host(), limit, began.elapsed())),
-                        },
+                        // A deadline too far for the clock never passes: none.
+                        Some(limit) => {
+                            match limit::within(limit::deadline(began, limit), work).await {
+                                Some(outcome) => outcome,
+                                None => Ok(seen.timed_out(executor.host(), limit, began.elapsed())),
+                            }
+                        }
                         None => work.await,
                     };
                     (

@@ -23,6 +23,10 @@ use swiftide_core::{Command, CommandError, ToolExecutor};
 use swiftide_ssh_executor::{ExitStatus, SshExecutor, SshExecutorBuilder};
 use swiftide_ssh_testbed::{LoginShell, Testbed};
 
+/// What the matrix needs beyond the OpenSSH server: the login shells and Dropbear.
+const MATRIX_PACKAGES: &str =
+    "apt-get install -y dropbear-bin openssh-sftp-server busybox fish zsh tcsh mksh";
+
 /// One row of the matrix.
 #[derive(Debug, Clone)]
 enum Row {
@@ -85,9 +89,14 @@ impl Row {
                 .sftp(*sftp)
                 .login_shell(LoginShell::Dash),
         };
-        builder
-            .start()
-            .unwrap_or_else(|e| panic!("{}: cannot start the testbed: {e}", self.name()))
+        builder.start().unwrap_or_else(|e| {
+            panic!(
+                "{}: cannot start the testbed: {e}\n\
+                 The compatibility matrix needs, as root: {MATRIX_PACKAGES} \
+                 (the README's Quickstart installs them)",
+                self.name()
+            )
+        })
     }
 }
 
@@ -213,6 +222,41 @@ async fn kills(row: Row) {
         );
     }
     row.check_form(&ex);
+
+    // A command that cleans up with `trap 'kill -- -$$' EXIT` reaches its own children: its
+    // shell leads its group, as under LocalExecutor (a shell command and a script; the
+    // second child redirected, so only the trap can end it).
+    for (kind, prefix) in [("shell", ""), ("script", "#!/bin/sh\n")] {
+        let t = token();
+        let pattern = format!("^sleep 300.{t}");
+        let started = Instant::now();
+        let result = ex
+            .exec_cmd(
+                &Command::shell(format!(
+                    "{prefix}trap 'kill -- -$$' EXIT; sleep 300.{t} & \
+                     sleep 300.{t} >/dev/null 2>&1 & echo started"
+                ))
+                .with_timeout(Duration::from_secs(20)),
+            )
+            .await;
+        // The trap's SIGTERM ends the shell too: NonZeroExit, as under LocalExecutor.
+        assert!(
+            matches!(&result, Err(CommandError::NonZeroExit(out)) if out.to_string() == "started\n"),
+            "{} ({kind}): {result:?}",
+            row.name()
+        );
+        let left = wait_until_gone(&pattern, Duration::from_secs(3)).await;
+        assert!(
+            left.is_empty(),
+            "{} ({kind}): the trap missed its children: {left:?}",
+            row.name()
+        );
+        eprintln!(
+            "matrix: {} trap 'kill -- -$$' EXIT ({kind}): children gone, returned after {:?}",
+            row.name(),
+            started.elapsed()
+        );
+    }
 
     // Cancellation: dropping the future kills the group.
     let t = token();

@@ -8,7 +8,9 @@ use russh::keys::PrivateKey;
 
 use crate::{
     command::Supervision,
-    config::{self, AuthMethod, Config, EnvPlan, HostKeyPolicy, JumpHost, JumpTarget, Secret},
+    config::{
+        self, AuthMethod, Config, EnvPlan, HostKeyPolicy, JumpHost, JumpTarget, Secret, limit,
+    },
     error::{Error, Result},
     executor::SshExecutor,
 };
@@ -260,6 +262,11 @@ impl SshExecutorBuilder {
 
     /// Timeout for commands that carry none. Defaults to `None` (no timeout), like
     /// LocalExecutor.
+    /// [`build`](Self::build) refuses more than 2³¹ − 1 seconds (about 68 years) with
+    /// [`Error::DurationTooLong`].
+    /// A per-command timeout ([`ExecOptions::timeout`](crate::ExecOptions::timeout),
+    /// swiftide's `Command` timeout) is not limited: one too long for the clock to hold
+    /// means no timeout, since its deadline could never pass.
     pub fn default_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.default_timeout = timeout;
         self
@@ -333,6 +340,8 @@ impl SshExecutorBuilder {
 
     /// Deadline for TCP connect, handshake and authentication together, and for each channel
     /// open. Defaults to 10 seconds.
+    /// [`build`](Self::build) refuses more than 2³¹ − 1 seconds (about 68 years) with
+    /// [`Error::DurationTooLong`].
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
@@ -340,6 +349,8 @@ impl SshExecutorBuilder {
 
     /// How long a command waits for a free channel slot when all connections are busy.
     /// Defaults to 30 seconds.
+    /// [`build`](Self::build) refuses more than 2³¹ − 1 seconds (about 68 years) with
+    /// [`Error::DurationTooLong`].
     pub fn pool_wait_timeout(mut self, timeout: Duration) -> Self {
         self.pool_wait_timeout = timeout;
         self
@@ -347,6 +358,8 @@ impl SshExecutorBuilder {
 
     /// Idle channel slots are released after this long; a connection left with no slots is
     /// closed. Defaults to 10 minutes.
+    /// [`build`](Self::build) refuses more than 2³¹ − 1 seconds (about 68 years) with
+    /// [`Error::DurationTooLong`].
     pub fn idle_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.idle_timeout = timeout;
         self
@@ -354,6 +367,8 @@ impl SshExecutorBuilder {
 
     /// Connections older than this take no new commands and close once idle. Defaults to 1
     /// hour.
+    /// [`build`](Self::build) refuses more than 2³¹ − 1 seconds (about 68 years) with
+    /// [`Error::DurationTooLong`].
     pub fn max_connection_lifetime(mut self, lifetime: Option<Duration>) -> Self {
         self.max_connection_lifetime = lifetime;
         self
@@ -363,6 +378,8 @@ impl SshExecutorBuilder {
     /// [`keepalive_max`](Self::keepalive_max) unanswered ones the connection is dropped.
     /// Defaults to 15 seconds (a dead server is noticed within about a minute). `None`
     /// disables keepalives, and a frozen server can then hang a command with no timeout.
+    /// [`build`](Self::build) refuses more than 2³¹ − 1 seconds (about 68 years) with
+    /// [`Error::DurationTooLong`].
     pub fn keepalive_interval(mut self, interval: Option<Duration>) -> Self {
         self.keepalive_interval = interval;
         self
@@ -378,6 +395,8 @@ impl SshExecutorBuilder {
     /// command's leader has exited or this grace period has passed, SIGKILL (which also takes
     /// members that ignore SIGTERM). `Duration::ZERO` sends SIGKILL at once (LocalExecutor's
     /// behaviour). Defaults to 1 second.
+    /// [`build`](Self::build) refuses more than 2³¹ − 1 seconds (about 68 years) with
+    /// [`Error::DurationTooLong`].
     pub fn kill_grace(mut self, grace: Duration) -> Self {
         self.kill_grace = grace;
         self
@@ -432,6 +451,13 @@ impl SshExecutorBuilder {
         if self.channels_per_connection == 0 {
             return Err(config_error("channels_per_connection must be at least 1"));
         }
+        limit::check_optional("default_timeout", self.default_timeout)?;
+        limit::check("connect_timeout", self.connect_timeout)?;
+        limit::check("pool_wait_timeout", self.pool_wait_timeout)?;
+        limit::check_optional("idle_timeout", self.idle_timeout)?;
+        limit::check_optional("max_connection_lifetime", self.max_connection_lifetime)?;
+        limit::check_optional("keepalive_interval", self.keepalive_interval)?;
+        limit::check("kill_grace", self.kill_grace)?;
         let mut auth = self.auth;
         if auth.is_empty() {
             auth = self.file_auth;
@@ -489,7 +515,9 @@ impl SshExecutorBuilder {
     /// refused credentials or an unreachable host fail here with a typed error.
     ///
     /// # Errors
-    /// [`Error::Config`] or [`Error::InvalidInput`] for bad settings; any connection error.
+    /// [`Error::Config`] or [`Error::InvalidInput`] for bad settings,
+    /// [`Error::DurationTooLong`] for a duration setting over 2³¹ − 1 seconds; any
+    /// connection error.
     pub async fn build(self) -> Result<SshExecutor> {
         let executor = self.build_lazy()?;
         executor.warm_up().await?;
@@ -499,7 +527,8 @@ impl SshExecutorBuilder {
     /// Validates the settings without connecting; the first command connects.
     ///
     /// # Errors
-    /// [`Error::Config`] or [`Error::InvalidInput`] for bad settings.
+    /// [`Error::Config`] or [`Error::InvalidInput`] for bad settings,
+    /// [`Error::DurationTooLong`] for a duration setting over 2³¹ − 1 seconds.
     pub fn build_lazy(self) -> Result<SshExecutor> {
         SshExecutor::from_config(self.into_config()?)
     }

@@ -32,7 +32,7 @@ use crate::{
         output::{Execution, ExitStatus, OutputChunk, OutputSink, Retained},
         supervisor,
     },
-    config::Config,
+    config::{Config, limit},
     error::{Error, Phase, Result},
     pool::{self, ChannelCount, Counters, Pool, PooledSlot, Running, Session},
 };
@@ -128,14 +128,11 @@ pub(crate) async fn execute(
     );
 
     let mut kept = Retained::new(inner.config.max_output_bytes);
-    let deadline = timeout.map(|t| Instant::now() + t);
+    // A timeout too long for the clock has a deadline that never passes: no deadline.
+    let deadline = timeout.and_then(|t| limit::deadline(Instant::now(), t));
     let finished = loop {
-        let event = match deadline {
-            Some(deadline) => match tokio::time::timeout_at(deadline, events.recv()).await {
-                Ok(event) => event,
-                Err(_) => break None,
-            },
-            None => events.recv().await,
+        let Some(event) = limit::within(deadline, events.recv()).await else {
+            break None;
         };
         match event {
             Some(Event::Output(chunk)) => {
@@ -175,20 +172,23 @@ pub(crate) async fn execute(
             let _ = kill_tx.send(());
             // Like LocalExecutor, collect what arrives while the group dies, but bounded: a
             // process that escaped the group (setsid) may hold the channel open.
-            let drain_until = Instant::now() + inner.config.kill_grace + inner.config.drain_timeout;
+            let drain_until = limit::deadline(
+                Instant::now(),
+                limit::sum(&[inner.config.kill_grace, inner.config.drain_timeout]),
+            );
             let mut confirmed_dead = false;
             loop {
-                match tokio::time::timeout_at(drain_until, events.recv()).await {
-                    Ok(Some(Event::Output(chunk))) => {
+                match limit::within(drain_until, events.recv()).await {
+                    Some(Some(Event::Output(chunk))) => {
                         budget.add_permits(budget_cost(&chunk) as usize);
                         sink(&chunk);
                         kept.push(chunk);
                     }
-                    Ok(Some(Event::Finished(result))) => {
+                    Some(Some(Event::Finished(result))) => {
                         confirmed_dead = result.is_ok();
                         break;
                     }
-                    Ok(None) | Err(_) => break,
+                    Some(None) | None => break,
                 }
             }
             ExitStatus::TimedOut {
@@ -293,7 +293,7 @@ async fn drive_command(
     kill: &mut oneshot::Receiver<()>,
     gate: &StartGate,
 ) -> Result<ExitStatus> {
-    let give_up_at = Instant::now() + inner.config.connect_timeout;
+    let give_up_at = limit::deadline(Instant::now(), inner.config.connect_timeout);
     loop {
         let attempt = drive_once(inner, &request, events, budget, kill, gate).await;
         if matches!(attempt, Attempt::NotSent(_)) {
@@ -301,7 +301,7 @@ async fn drive_command(
         }
         match attempt {
             Attempt::Done(result) => return result,
-            Attempt::NotSent(error) if Instant::now() < give_up_at => {
+            Attempt::NotSent(error) if give_up_at.is_none_or(|at| Instant::now() < at) => {
                 inner
                     .registry
                     .counters
@@ -414,6 +414,9 @@ async fn drive_once(
     let mut pgid: Option<u32> = None;
     let mut status: Option<ExitStatus> = None;
     let mut replied = false;
+    // When the server accepted the exec request (it had forked the login shell by then): from
+    // there to the marker is the login shell's start-up (`pool::startup`).
+    let mut replied_at: Option<std::time::Instant> = None;
     // Any output (the marker included) means the request was processed.
     let mut heard = false;
     let mut eof = false;
@@ -435,8 +438,10 @@ async fn drive_once(
             // Fires on an explicit kill (timeout) and when the caller's future is dropped.
             _ = &mut *kill, if !kill_wanted => {
                 kill_wanted = true;
-                give_up_at = Some(Instant::now() + config.kill_grace + config.drain_timeout
-                    + config.connect_timeout);
+                give_up_at = limit::deadline(
+                    Instant::now(),
+                    limit::sum(&[config.kill_grace, config.drain_timeout, config.connect_timeout]),
+                );
             }
             message = channel.wait() => match message {
                 Some(russh::ChannelMsg::Data { data }) => {
@@ -448,6 +453,19 @@ async fn drive_once(
                     let (found, parts) = marker.feed(data);
                     if found.is_some() {
                         pgid = found;
+                        if let Some(at) = replied_at {
+                            // `L bash` from the universal form; the direct form says `L direct`.
+                            let shell = marker
+                                .traits()
+                                .and_then(|traits| traits.split(' ').nth(1))
+                                .filter(|name| *name != "direct");
+                            session.login_shell_startup.record(
+                                at.elapsed(),
+                                &config.host,
+                                config.port,
+                                shell,
+                            );
+                        }
                         // Nothing of ours prints before the marker, in any form: stderr
                         // before it is the login shell talking (rc files, warnings). It would
                         // talk in every pre-started spare too, before its command, and each
@@ -479,7 +497,12 @@ async fn drive_once(
                         core_dumped,
                     });
                 }
-                Some(russh::ChannelMsg::Success) => replied = true,
+                Some(russh::ChannelMsg::Success) => {
+                    replied = true;
+                    if exec_text.is_some() {
+                        replied_at = Some(std::time::Instant::now());
+                    }
+                }
                 Some(russh::ChannelMsg::Eof) => eof = true,
                 Some(russh::ChannelMsg::Failure) if !replied => {
                     // The server refused the request: nothing ran.
@@ -756,15 +779,15 @@ async fn kill_group(
         })?;
     let _ = channel.eof().await;
     // Drain to the server's close so the channel is released properly.
-    let limit = config.kill_grace + config.connect_timeout;
-    let drained = tokio::time::timeout(limit, pool::wait_for_close(&mut channel)).await;
+    let within = limit::sum(&[config.kill_grace, config.connect_timeout]);
+    let drained = tokio::time::timeout(within, pool::wait_for_close(&mut channel)).await;
     if drained.is_err() {
         let _ = channel.close().await;
         return Err(Error::Timeout {
             host: config.host.clone(),
             port: config.port,
             phase: Phase::Kill,
-            after: limit,
+            after: within,
         });
     }
     Ok(())

@@ -19,24 +19,29 @@
 //!
 //! 1. makes sure it leads its own process group. OpenSSH starts each session with `setsid`,
 //!    so the shell already does; Dropbear does not (all channels of a connection share one
-//!    group), so the bootstrap re-executes itself through `setsid` (its text is `$1` for
-//!    that purpose) and then also waits for the output pipes to close ([`WAIT_FOR_PIPES`]).
-//!    The check is `kill -0 -$$` (does a group numbered like this shell exist?), confirmed
-//!    by `/proc/$$/stat` before `setsid` runs; without `setsid` the command runs in the
-//!    server's group and the group kill cannot reach it (documented);
-//! 2. reads the **payload**: one line on stdin, read by the shell's `read` builtin, which
+//!    group), so the bootstrap starts itself again through `setsid` as a child (its text is
+//!    `$1` for that purpose), the leader of a new session that runs the steps below, and
+//!    waits outside it for the output pipes to close ([`NEW_SESSION_AND_WAIT`]). The check
+//!    is `kill -0 -$$` (does a group numbered like this shell exist?), confirmed by
+//!    `/proc/$$/stat`; without `setsid` the command runs in the server's group and the group
+//!    kill cannot reach it (documented);
+//! 2. prints the marker line with `$$`, the process-group id, on stderr, before it reads
+//!    anything (the time from the server's reply to the marker is the login shell's start-up:
+//!    `pool::startup`);
+//! 3. reads the **payload**: one line on stdin, read by the shell's `read` builtin, which
 //!    reads a pipe byte by byte and so leaves the rest of stdin alone;
-//! 3. prints the marker line with `$$`, the process-group id, on stderr;
 //! 4. starts the [supervisor](supervisor_line) on the rest of stdin (the control line);
-//! 5. `eval`s the payload: `cd`, the environment plan, and the user's program, every value
-//!    POSIX-quoted by [`quote_line`] (newlines written as `"$nl"`, a newline taken from the
-//!    shell's default `IFS`, so the payload stays one line).
+//! 5. `eval`s the payload: `cd -P` ([`CD`]), the environment plan, and the user's program,
+//!    every value POSIX-quoted by [`quote_line`] (newlines written as `"$nl"`, a newline taken
+//!    from the shell's default `IFS`, so the payload stays one line). The program is
+//!    `exec`ed, so that it leads the group as under LocalExecutor; a script's body reaches
+//!    its interpreter on a pipe ([`feed_and_exec`]).
 //!
 //! The payload has no size limit of its own: a command far larger than the 128 KiB one
 //! argument may hold goes to `sh -c` through a pipe instead of its argv ([`ARGV_LIMIT`]), and a
-//! shebang body is printed into its interpreter by the `printf` builtin. The price of reading
-//! stdin byte by byte is about 1 µs per payload byte on dash (a typical command: well under
-//! 0.1 ms; a 1 MiB command: about 1.5 s).
+//! shebang body is printed into its interpreter by the `printf` builtin ([`feed_and_exec`]).
+//! The price of reading stdin byte by byte is about 1 µs per payload byte on dash (a typical
+//! command: well under 0.1 ms; a 1 MiB command: about 1.5 s).
 //!
 //! # The direct form
 //!
@@ -92,20 +97,30 @@ pub(crate) fn quote_line(value: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The end of the bootstrap: run the payload, and on a server that did not start the session
-/// in a group of its own (`$2` = `D`, see the module docs) keep the leader until every writer
-/// of the channel's stdout and stderr is done.
+/// What the bootstrap does on a server that did not start the session in a group of its own
+/// (Dropbear): it runs itself again as the leader of a new session (`setsid`, `$2` = `D`) and
+/// waits, outside that session, until every writer of the channel's stdout and stderr is
+/// done.
 ///
-/// Why: Dropbear closes the channel soon after the session's process exits, so output a
-/// background child writes later is lost, while OpenSSH (and LocalExecutor) wait until the
-/// pipes close. Here the command's stdout and stderr go through pipes to two `cat`s that copy
-/// them to the channel; the leader waits for both (they end when the last writer closes its
-/// end) and exits with the command's status, sent back on fd 9. The command does not inherit
-/// the extra descriptors; the waiting shell's own messages ("Killed") go to `/dev/null`. Death
-/// by signal comes back as status 128 + n on such servers.
-const WAIT_FOR_PIPES: &str = "[ \"$2\" = D ] || { eval \"$w\"; exit; }; exec 6>&1 7>&2; \
-     s=$( { { { (eval \"$w\") 2>&4 4>&- 6>&- 7>&- 9>&-; echo $? >&9; } 4>&1 1>&3 3>&- 2>/dev/null \
-     | cat >&7 9>&-; } 3>&1 1>&9 | cat >&6 9>&-; } 9>&1 ); exit \"${s:-125}\"";
+/// Why a child and not `exec setsid`: the command's shell must lead its group, as under
+/// LocalExecutor and OpenSSH (`$$` is the group id, so `trap 'kill -- -$$' EXIT` reaches its
+/// children), and the process the server waits for must outlive every writer of the pipes.
+/// Dropbear closes the channel soon after the session's process exits, so output a background
+/// child writes later would be lost, while OpenSSH (and LocalExecutor) wait until the pipes
+/// close. So the session's process stays where it is and starts the new session as a child
+/// (it is not a group leader, so `setsid` needs no fork and keeps the child's pid: the new
+/// session's id); the command's stdout and stderr go through pipes to two `cat`s that copy
+/// them to the channel, outside the command's group, so a group kill leaves them draining.
+/// The waiting shell waits for both (they end when the last writer closes its end) and exits
+/// with the command's status, sent back on fd 9. The command does not inherit the extra
+/// descriptors; the waiting shell's own messages ("Killed") go to `/dev/null` (hence the
+/// subshell: dash applies a simple command's redirections in the parent too, and would
+/// print "Terminated" into the command's stderr while it waits). Death by signal comes back
+/// as status 128 + n on such servers.
+const NEW_SESSION_AND_WAIT: &str = "exec 6>&1 7>&2; \
+     s=$( { { { (exec setsid /bin/sh -c \"$1\" sh \"$1\" D) 2>&4 4>&- 6>&- 7>&- 9>&-; echo $? >&9; } \
+     4>&1 1>&3 3>&- 2>/dev/null | cat >&7 9>&-; } 3>&1 1>&9 | cat >&6 9>&-; } 9>&1 ); \
+     exit \"${s:-125}\"";
 
 /// The exec request that starts `/bin/sh` on the bootstrap (see the module docs).
 /// `supervision` is `None` for the crate's own scripts, whose stdin carries data.
@@ -116,24 +131,29 @@ fn bootstrap(marker: &str, supervision: Option<Supervision>) -> Vec<u8> {
         // exists only if this shell leads one: `kill -0` asks with one system call. Only if
         // it says no is `/proc` asked too, because `setsid` run by a group leader forks and
         // its parent exits 0 at once, which would end the session early; seen once in a few
-        // thousand commands while a container was being stopped.
+        // thousand commands while a container was being stopped. The new session (`$2` =
+        // `D`) leads its group and asks nothing.
         "nl=${IFS#??}; \
-         kill -0 -$$ 2>/dev/null || { read -r _ _ _ _ g _ </proc/$$/stat; [ \"${g:-$$}\" = \"$$\" ] \
-         || { command -v setsid >/dev/null && exec setsid /bin/sh -c \"$1\" sh \"$1\" D; }; }; \
-         IFS= read -r w || exit 125; ",
+         [ \"$2\" = D ] || kill -0 -$$ 2>/dev/null || { read -r _ _ _ _ g _ </proc/$$/stat; \
+         [ \"${g:-$$}\" = \"$$\" ] || { command -v setsid >/dev/null && { ",
     );
+    script.push_str(NEW_SESSION_AND_WAIT);
     // After the pgid: `L` or `D` (whether the login shell led its own group) and the login
     // shell's name, from which the connection learns whether it may use the direct form.
+    // The marker comes before the payload is read: the time from the server's reply to the
+    // exec request to this line is the login shell's start-up, whatever the link's round
+    // trip (`pool::startup`).
     script.push_str(&format!(
-        "echo \"{marker}$$ ${{2:-L}} ${{SHELL##*/}}\" >&2 || exit 125; "
+        "; }}; }}; }}; echo \"{marker}$$ ${{2:-L}} ${{SHELL##*/}}\" >&2 || exit 125; \
+         IFS= read -r w || exit 125; "
     ));
     if let Some(supervision) = supervision {
         script.push_str(&supervisor_line(supervision));
     }
-    script.push_str(WAIT_FOR_PIPES);
+    script.push_str("eval \"$w\"");
     debug_assert!(is_neutral(&script), "bootstrap is not login-shell neutral");
     // `$0` is `sh`, as the shell's own error messages name it (`sh: 1: x: not found`); the
-    // text itself is `$1`, for the `setsid` re-execution.
+    // text itself is `$1`, for the new session on servers that do not make one.
     format!("exec /bin/sh -c '{script}' sh '{script}'").into_bytes()
 }
 
@@ -201,7 +221,7 @@ fn direct_text(program: &Program, dir: Option<&Path>, env: &EnvPlan) -> Option<V
             target.extend_from_slice(b"./");
         }
         target.extend_from_slice(bytes);
-        text.extend_from_slice(b"cd -- ");
+        text.extend_from_slice(CD);
         text.extend_from_slice(&quote(&target));
         text.extend_from_slice(b" || exit 1; ");
     }
@@ -389,6 +409,39 @@ pub(crate) fn direct_wrapper(
     })
 }
 
+/// How the payload changes directory: `-P`, so that `pwd` and `$PWD` name the directory
+/// without symbolic links, as they do under LocalExecutor (its `sh` starts in a directory
+/// set with `chdir`, finds that the inherited `PWD` does not name it and takes the physical
+/// path). A logical `cd` would keep the link's name, and `..` would mean the link's parent.
+const CD: &[u8] = b"cd -P -- ";
+
+/// Appends to `payload` what hands `body` to a program on a pipe, as LocalExecutor writes
+/// a script's body to its interpreter's stdin, with the program `exec`ed by the bootstrap's
+/// shell so that it leads the command's process group (`$$` is the group id, as under
+/// LocalExecutor). `from_pipe` is the program run with the pipe's read end on fd 5,
+/// `from_stdin` the same program at the end of a pipeline (the fallback).
+///
+/// POSIX sh has no way to make a pipe for itself, but a here-document is one in dash,
+/// BusyBox ash and bash (a pipe for a small document); Linux opens a pipe through
+/// `/proc/self/fd` like a FIFO, so the shell adds a write end to it, hands that to a
+/// background writer (`printf` of the body) and `exec`s the program on the read end. The
+/// writer holds nothing else (none of the channel's descriptors: dash would keep saved
+/// copies of them for a builtin, hence the `exec`s). Where the document is a file (mksh, zsh
+/// as `/bin/sh`) or `/proc` is missing, the body goes through a pipeline as before, and the
+/// program is not the group leader.
+fn feed_and_exec(payload: &mut Vec<u8>, body: &[u8], from_pipe: &[u8], from_stdin: &[u8]) {
+    payload.extend_from_slice(b"swiftide_body=");
+    payload.extend_from_slice(&quote_line(body));
+    payload.extend_from_slice(
+        b"; eval \"exec 5<<E${nl}x${nl}E${nl}\"; \
+          if [ -p /proc/self/fd/5 ] && read -r _ <&5 && command exec 6>/proc/self/fd/5; then \
+          { exec 5<&- >&6 6>&- 2>/dev/null; printf %s \"$swiftide_body\"; } & exec 6>&-; ",
+    );
+    payload.extend_from_slice(from_pipe);
+    payload.extend_from_slice(b"; fi; exec 5<&-; printf %s \"$swiftide_body\" | ");
+    payload.extend_from_slice(from_stdin);
+}
+
 /// The exec request and how to drive it.
 #[derive(Debug)]
 pub(crate) struct Wrapped {
@@ -429,7 +482,7 @@ pub(crate) fn wrapper(
             target.extend_from_slice(b"./");
         }
         target.extend_from_slice(bytes);
-        payload.extend_from_slice(b"cd -- ");
+        payload.extend_from_slice(CD);
         payload.extend_from_slice(&quote_line(&target));
         payload.extend_from_slice(b" || exit 1; ");
     }
@@ -477,13 +530,16 @@ pub(crate) fn wrapper(
             } else {
                 // Too long for one argv string: the shell reads it from a pipe on fd 3 and
                 // evals it, with `$0` = `sh` and stdin at EOF as under `sh -c`.
-                payload.extend_from_slice(b"printf %s ");
-                payload.extend_from_slice(&quote_line(command.as_bytes()));
-                payload.extend_from_slice(b" | { exec ");
-                payload.extend_from_slice(&env_prefix);
-                payload.extend_from_slice(
-                    b"sh -c 'c=$(cat <&3); exec 3<&-; eval \"$c\"' sh 3<&0 </dev/null; }",
-                );
+                const READ_AND_EVAL: &[u8] = b"sh -c 'c=$(cat <&3); exec 3<&-; eval \"$c\"' sh ";
+                let mut from_pipe = b"exec ".to_vec();
+                from_pipe.extend_from_slice(&env_prefix);
+                from_pipe.extend_from_slice(READ_AND_EVAL);
+                from_pipe.extend_from_slice(b"3<&5 5<&- </dev/null");
+                let mut from_stdin = b"{ exec ".to_vec();
+                from_stdin.extend_from_slice(&env_prefix);
+                from_stdin.extend_from_slice(READ_AND_EVAL);
+                from_stdin.extend_from_slice(b"3<&0 </dev/null; }");
+                feed_and_exec(&mut payload, command.as_bytes(), &from_pipe, &from_stdin);
             }
         }
         Program::Script {
@@ -493,16 +549,17 @@ pub(crate) fn wrapper(
         } => {
             reject_nul("the interpreter", interpreter.as_bytes())?;
             reject_nul("the script", body)?;
-            payload.extend_from_slice(b"printf %s ");
-            payload.extend_from_slice(&quote_line(body));
-            payload.extend_from_slice(b" | ");
-            payload.extend_from_slice(&env_prefix);
-            payload.extend_from_slice(&quote_line(interpreter.as_bytes()));
+            let mut run = env_prefix.clone();
+            run.extend_from_slice(&quote_line(interpreter.as_bytes()));
             if let Some(argument) = argument {
                 reject_nul("the interpreter argument", argument.as_bytes())?;
-                payload.push(b' ');
-                payload.extend_from_slice(&quote_line(argument.as_bytes()));
+                run.push(b' ');
+                run.extend_from_slice(&quote_line(argument.as_bytes()));
             }
+            let mut from_pipe = b"exec ".to_vec();
+            from_pipe.extend_from_slice(&run);
+            from_pipe.extend_from_slice(b" <&5 5<&-");
+            feed_and_exec(&mut payload, body, &from_pipe, &run);
         }
     }
     payload.push(b'\n');
@@ -674,6 +731,83 @@ mod tests {
             format!("{}|sh", 3 * 60 * 1024)
         );
         assert!(out.status.success(), "{out:?}");
+    }
+
+    /// Every kind of command leads its process group (`$$` is the group id, as under
+    /// LocalExecutor), both where the server made the session a group of its own (OpenSSH)
+    /// and where the bootstrap makes one (Dropbear); and a directory reached through a
+    /// symbolic link is named by its physical path in `pwd` and `$PWD`.
+    #[test]
+    fn every_command_leads_its_group_and_sees_the_physical_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        std::os::unix::fs::symlink(&real, dir.path().join("link")).unwrap();
+        let real = real.canonicalize().unwrap();
+        let check = "g=$(ps -o pgid= -p $$ | tr -d ' '); [ \"$$\" = \"$g\" ] && printf 'leader|'; \
+                     printf '%s|%s' \"$(pwd)\" \"$PWD\"";
+        let big = format!("# {}\n{check}", "pad ".repeat(ARGV_LIMIT / 3));
+        let programs = [
+            ("shell", Program::Shell(check.into())),
+            ("script", Program::parse(&format!("#!/bin/sh\n{check}"))),
+            (
+                "bash script",
+                Program::parse(&format!("#!/bin/bash\n{check}")),
+            ),
+            ("big command", Program::Shell(big)),
+        ];
+        let expected = format!("leader|{}|{}", real.display(), real.display());
+        for (name, program) in &programs {
+            let wrapped = wrapper(
+                program,
+                Some(&dir.path().join("link")),
+                &EnvPlan::default(),
+                "@@m:",
+                QUIET,
+            )
+            .unwrap();
+            for login in [&["setsid", "sh"][..], &["sh"][..]] {
+                let out = run_as(login, &wrapped.request, &wrapped.stdin);
+                let (pgid, stderr) = strip_marker("@@m:", out.stderr.clone());
+                assert!(pgid.is_some(), "{name} {login:?}: {out:?}");
+                assert!(stderr.is_empty(), "{name} {login:?}: {out:?}");
+                assert_eq!(
+                    String::from_utf8_lossy(&out.stdout),
+                    expected,
+                    "{name} {login:?}: {:?}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            if let Some(direct) = direct_wrapper(
+                program,
+                Some(&dir.path().join("link")),
+                &EnvPlan::default(),
+                "@@m:",
+                QUIET,
+            ) {
+                let out = run_as(&["setsid", "sh"], &direct.request, &direct.stdin);
+                assert_eq!(
+                    String::from_utf8_lossy(&out.stdout),
+                    expected,
+                    "{name} direct"
+                );
+            }
+        }
+        // Where the bootstrap waits for a new session, its own shells say nothing about how
+        // the command died (dash prints "Terminated" for a child it waits for).
+        for command in ["kill -TERM $$", "#!/bin/sh\nkill -KILL $$"] {
+            let program = Program::parse(command);
+            let wrapped = wrapper(&program, None, &EnvPlan::default(), "@@m:", QUIET).unwrap();
+            let out = run_as(&["sh"], &wrapped.request, &wrapped.stdin);
+            let (pgid, stderr) = strip_marker("@@m:", out.stderr);
+            assert!(pgid.is_some(), "{command}");
+            assert_eq!(String::from_utf8_lossy(&stderr), "", "{command}");
+            assert!(
+                matches!(out.status.code(), Some(143 | 137)),
+                "{command}: {:?}",
+                out.status
+            );
+        }
     }
 
     /// `(login shell, how to run it)`; every one must be installed where `CI` is set.

@@ -9,6 +9,7 @@ mod auth_method;
 mod env;
 mod host_key_policy;
 mod jump_host;
+pub(crate) mod limit;
 pub(crate) mod ssh_config;
 
 use std::{fmt, path::PathBuf, time::Duration};

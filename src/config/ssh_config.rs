@@ -25,8 +25,13 @@
 //!   start of a line or of an argument.
 //! * `Include` (several arguments, globs) reads files in sorted order; relative paths are
 //!   relative to `~/.ssh`. An `Include` inside a `Host` block applies only when that block
-//!   does. Includes nest at most 16 deep; a pattern matching no file is skipped. The user
-//!   config and included files must not be writable by group or others.
+//!   does. Includes nest at most 16 deep (a file that includes itself is refused at once,
+//!   with the error OpenSSH gives at that depth); a pattern matching no file is skipped. The
+//!   user config and included files must not be writable by group or others. Beyond
+//!   OpenSSH, one configuration reads at most 1024 files and 64 MiB through `Include`, so
+//!   that no file, however generated, makes loading take long.
+//! * `ProxyJump`: only the first hop's own `ProxyJump` is followed (as `ssh` does), at most 8
+//!   levels deep; a resolved chain has at most 64 hops.
 //! * Values are checked when the file is loaded, for every block, as `ssh` does: a bad
 //!   `Port` anywhere is an error, not only in the block that applies.
 
@@ -37,7 +42,7 @@ use std::{
 };
 
 use crate::{
-    config::jump_host,
+    config::{jump_host, limit},
     error::{Error, Result},
 };
 
@@ -46,6 +51,20 @@ const MAX_INCLUDE_DEPTH: usize = 16;
 
 /// `ProxyJump` chains reached through the first hop's own `ProxyJump` nest at most this deep.
 const MAX_JUMP_DEPTH: usize = 8;
+
+/// A resolved `ProxyJump` chain has at most this many hops (each one an SSH connection
+/// kept open).
+const MAX_JUMP_HOPS: usize = 64;
+
+/// One configuration reads at most this many files through `Include` (the same file
+/// included from several blocks counts each time). OpenSSH has no such limit, but also no
+/// need of one: it reads the file once per `ssh` run, where a library may resolve many
+/// hosts from hostile or generated files. Nesting alone (16 levels with two `Include`s each)
+/// would otherwise read 2¹⁶ files.
+const MAX_INCLUDED_FILES: usize = 1024;
+
+/// One configuration reads at most this many bytes through `Include`, in all.
+const MAX_INCLUDED_BYTES: usize = 64 * 1024 * 1024;
 
 /// The identity files `ssh` tries when none is configured (the ones russh can load).
 const DEFAULT_IDENTITIES: &[&str] = &["id_rsa", "id_ecdsa", "id_ed25519"];
@@ -76,7 +95,8 @@ const DEFAULT_IDENTITIES: &[&str] = &["id_rsa", "id_ecdsa", "id_ed25519"];
 /// | `ConnectTimeout` | [`connect_timeout`](crate::SshExecutorBuilder::connect_timeout) (`0` keeps the default) |
 /// | `ProxyCommand` | not supported: when it is in effect, [`HostConfig::to_builder`] fails rather than silently connecting directly (`ProxyCommand none` is fine) |
 ///
-/// Times accept OpenSSH's units (`90`, `30s`, `5m`, `1h30m`). Tokens in `IdentityFile` and
+/// Times accept OpenSSH's units (`90`, `30s`, `5m`, `1h30m`), at most 2³¹ − 1 seconds (about
+/// 68 years; `ssh` refuses more too, and timers could not hold much more). Tokens in `IdentityFile` and
 /// `UserKnownHostsFile`: `%%`, `%d` (local home), `%h` (host name), `%i` (local uid), `%k`
 /// and `%n` (alias), `%p` (port), `%r` (remote user), `%u` (local user); others (`%C`, `%l`,
 /// `%L`, `%j`) are an error.
@@ -90,6 +110,8 @@ const DEFAULT_IDENTITIES: &[&str] = &["id_rsa", "id_ecdsa", "id_ed25519"];
 #[derive(Debug, Clone)]
 pub struct SshConfig {
     entries: Vec<Entry>,
+    /// How many [`Scope`]s the entries refer to (their ids are `0..scopes`).
+    scopes: usize,
     home: Option<PathBuf>,
     local_user: Option<String>,
 }
@@ -173,11 +195,23 @@ struct Pattern {
     glob: String,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 enum Condition {
     Host(Vec<Pattern>),
     /// Inside a `Match` block, which is not supported.
     Never,
+}
+
+/// A block's condition and those of the `Include`s around it. Shared by every entry of the
+/// block and linked to the enclosing one rather than copied into it, so that nesting costs
+/// one node per block (copying every enclosing pattern list at every level made a
+/// 5,000-pattern `Host` with nested includes take seconds), and evaluated once per host.
+#[derive(Debug)]
+struct Scope {
+    /// Index into the per-host memo of [`SshConfig::applied`].
+    id: usize,
+    condition: Condition,
+    outer: Option<Arc<Scope>>,
 }
 
 impl Condition {
@@ -231,8 +265,9 @@ enum Setting {
 
 #[derive(Debug, Clone)]
 struct Entry {
-    /// Every condition must hold (the block's `Host`, and those of enclosing `Include`s).
-    scope: Arc<[Condition]>,
+    /// Every condition must hold (the block's `Host`, and those of enclosing `Include`s);
+    /// `None` at the top of the main file.
+    scope: Option<Arc<Scope>>,
     origin: Origin,
     setting: Setting,
 }
@@ -275,6 +310,7 @@ impl SshConfig {
     fn empty(home: Option<PathBuf>) -> Self {
         SshConfig {
             entries: Vec::new(),
+            scopes: 0,
             home,
             local_user: local_user(),
         }
@@ -282,16 +318,17 @@ impl SshConfig {
 
     fn read(path: &Path, home: Option<PathBuf>, check_permissions: bool) -> Result<Self> {
         let mut config = Self::empty(home);
-        config.read_file(path, Arc::from(Vec::new()), check_permissions, 0)?;
+        let mut reading = Reading::default();
+        config.read_file(path, None, check_permissions, &mut reading)?;
         Ok(config)
     }
 
     fn read_file(
         &mut self,
         path: &Path,
-        scope: Arc<[Condition]>,
+        scope: Option<Arc<Scope>>,
         check_permissions: bool,
-        depth: usize,
+        reading: &mut Reading,
     ) -> Result<()> {
         let fail = |reason: String| Error::SshConfig {
             path: path.to_path_buf(),
@@ -305,15 +342,24 @@ impl SshConfig {
             ));
         }
         let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
-        self.read_text(Arc::from(path), &text, scope, depth)
+        reading.bytes = reading.bytes.saturating_add(text.len());
+        if reading.bytes > MAX_INCLUDED_BYTES {
+            return Err(fail(format!(
+                "Include reads more than {MAX_INCLUDED_BYTES} bytes in all"
+            )));
+        }
+        reading.stack.push(canonical(path));
+        let read = self.read_text(Arc::from(path), &text, scope, reading);
+        reading.stack.pop();
+        read
     }
 
     fn read_text(
         &mut self,
         file: Arc<Path>,
         text: &str,
-        outer: Arc<[Condition]>,
-        depth: usize,
+        outer: Option<Arc<Scope>>,
+        reading: &mut Reading,
     ) -> Result<()> {
         let mut scope = outer.clone();
         for (index, line) in text.lines().enumerate() {
@@ -327,13 +373,13 @@ impl SshConfig {
             match keyword.to_ascii_lowercase().as_str() {
                 "host" => {
                     let patterns = host_patterns(args).map_err(|e| origin.error(e))?;
-                    scope = nested(&outer, Condition::Host(patterns));
+                    scope = Some(self.nested(&outer, Condition::Host(patterns)));
                 }
                 "match" => {
                     self.push(&outer, origin, Setting::Ignored(keyword));
-                    scope = nested(&outer, Condition::Never);
+                    scope = Some(self.nested(&outer, Condition::Never));
                 }
-                "include" => self.include(&args, &scope, depth, &origin)?,
+                "include" => self.include(&args, &scope, reading, &origin)?,
                 lower => {
                     let setting =
                         Setting::parse(lower, keyword, args).map_err(|e| origin.error(e))?;
@@ -344,7 +390,17 @@ impl SshConfig {
         Ok(())
     }
 
-    fn push(&mut self, scope: &Arc<[Condition]>, origin: Origin, setting: Setting) {
+    fn nested(&mut self, outer: &Option<Arc<Scope>>, condition: Condition) -> Arc<Scope> {
+        let id = self.scopes;
+        self.scopes += 1;
+        Arc::new(Scope {
+            id,
+            condition,
+            outer: outer.clone(),
+        })
+    }
+
+    fn push(&mut self, scope: &Option<Arc<Scope>>, origin: Origin, setting: Setting) {
         self.entries.push(Entry {
             scope: scope.clone(),
             origin,
@@ -355,19 +411,35 @@ impl SshConfig {
     fn include(
         &mut self,
         args: &[String],
-        scope: &Arc<[Condition]>,
-        depth: usize,
+        scope: &Option<Arc<Scope>>,
+        reading: &mut Reading,
         origin: &Origin,
     ) -> Result<()> {
         if args.is_empty() {
             return Err(origin.error("Include needs at least one file"));
         }
-        if depth + 1 >= MAX_INCLUDE_DEPTH {
+        if reading.stack.len() >= MAX_INCLUDE_DEPTH {
             return Err(origin.error("Include nested too deeply (a loop?)"));
         }
         for arg in args {
             for path in self.include_matches(arg).map_err(|e| origin.error(e))? {
-                self.read_file(&path, scope.clone(), true, depth + 1)?;
+                // A file that includes one it is being read from recurses until the depth
+                // limit, as in OpenSSH, where it is the same error; saying so at once spares
+                // reading it 16 times over (with every sibling `Include` at every level).
+                if reading.stack.contains(&canonical(&path)) {
+                    return Err(origin.error(format!(
+                        "Include nested too deeply: {} includes itself (directly or through \
+                         other files)",
+                        path.display()
+                    )));
+                }
+                reading.files += 1;
+                if reading.files > MAX_INCLUDED_FILES {
+                    return Err(origin.error(format!(
+                        "Include reads more than {MAX_INCLUDED_FILES} files in all"
+                    )));
+                }
+                self.read_file(&path, scope.clone(), true, reading)?;
             }
         }
         Ok(())
@@ -389,6 +461,16 @@ impl SshConfig {
                 glob::Pattern::escape(&ssh_dir.to_string_lossy())
             )
         };
+        // A plain name needs no directory listing: 5,000 of them on one line took 0.6 s
+        // through `glob`.
+        if !pattern.contains(['*', '?', '[']) {
+            let path = PathBuf::from(pattern);
+            return Ok(if path.exists() && !path.is_dir() {
+                vec![path]
+            } else {
+                Vec::new()
+            });
+        }
         let options = glob::MatchOptions {
             case_sensitive: true,
             require_literal_separator: true,
@@ -410,12 +492,20 @@ impl SshConfig {
     ///
     /// # Errors
     /// [`Error::SshConfig`] for a token that cannot be expanded (unknown, or `%r`/`%u`
-    /// without a known user), or a `ProxyJump` chain nested more than 8 deep.
+    /// without a known user); [`Error::Config`] for a `ProxyJump` chain nested more than 8
+    /// deep or longer than 64 hops.
     pub fn resolve(&self, alias: &str) -> Result<HostConfig> {
-        self.resolve_as(alias, Overrides::default(), 0)
+        self.resolve_as(alias, Overrides::default(), Some(0))
     }
 
-    fn resolve_as(&self, alias: &str, overrides: Overrides, depth: usize) -> Result<HostConfig> {
+    /// `jump_depth`: how deep in `ProxyJump` chains `alias` is, or `None` to ignore its own
+    /// `ProxyJump` and `ProxyCommand` (a hop after the first, see [`Self::resolve_hops`]).
+    fn resolve_as(
+        &self,
+        alias: &str,
+        overrides: Overrides,
+        jump_depth: Option<usize>,
+    ) -> Result<HostConfig> {
         let applied = self.applied(alias);
         let host_name = match applied.host_name {
             Some((value, origin)) => {
@@ -427,10 +517,10 @@ impl SshConfig {
         let port = overrides.port.or(applied.port).unwrap_or(22);
         let user = overrides.user.or(applied.user.map(str::to_owned));
         let tokens = self.tokens(alias, &host_name, port, user.as_deref());
-        let (proxy_jump, proxy_command) = match applied.proxy {
-            Some(Proxy::Jump(specs)) => (self.resolve_hops(specs, depth)?, None),
-            Some(Proxy::Command(command)) => (Vec::new(), command.map(str::to_owned)),
-            None => (Vec::new(), None),
+        let (proxy_jump, proxy_command) = match (&applied.proxy, jump_depth) {
+            (Some(Proxy::Jump(specs)), Some(depth)) => (self.resolve_hops(specs, depth)?, None),
+            (Some(Proxy::Command(command)), Some(_)) => (Vec::new(), command.map(str::to_owned)),
+            (None, _) | (_, None) => (Vec::new(), None),
         };
         Ok(HostConfig {
             alias: alias.to_owned(),
@@ -455,9 +545,14 @@ impl SshConfig {
     /// Collects the first value of each keyword from the entries that apply to `alias`.
     fn applied(&self, alias: &str) -> Applied<'_> {
         let host = alias.to_ascii_lowercase();
+        let mut memo = vec![None; self.scopes];
         let mut applied = Applied::default();
         for entry in &self.entries {
-            if entry.scope.iter().all(|c| c.matches(&host)) {
+            if entry
+                .scope
+                .as_ref()
+                .is_none_or(|scope| holds(scope, &host, &mut memo))
+            {
                 applied.take(entry);
             }
         }
@@ -466,12 +561,20 @@ impl SshConfig {
 
     /// Resolves each hop through the file. Only the first hop's own `ProxyJump` counts:
     /// OpenSSH runs `ssh -J <earlier hops> -W target <last hop>`, so the command line
-    /// overrides every later hop's, while the first hop is reached by a plain `ssh`.
+    /// overrides every later hop's, while the first hop is reached by a plain `ssh`. So
+    /// only the first hop's chain is resolved (resolving every hop's and throwing it away
+    /// made the work grow as fan-out to the depth: seconds for a 333-byte file).
     fn resolve_hops(&self, specs: &[JumpSpec], depth: usize) -> Result<Vec<HostConfig>> {
         if depth >= MAX_JUMP_DEPTH {
             return Err(Error::Config {
                 reason: format!("ProxyJump chains nest more than {MAX_JUMP_DEPTH} deep (a loop?)"),
             });
+        }
+        let too_long = || Error::Config {
+            reason: format!("a ProxyJump chain has more than {MAX_JUMP_HOPS} hops"),
+        };
+        if specs.len() > MAX_JUMP_HOPS {
+            return Err(too_long());
         }
         let mut hops = Vec::new();
         for (index, spec) in specs.iter().enumerate() {
@@ -479,14 +582,13 @@ impl SshConfig {
                 user: spec.user.clone(),
                 port: spec.port,
             };
-            let mut hop = self.resolve_as(&spec.host, overrides, depth + 1)?;
-            let earlier = std::mem::take(&mut hop.proxy_jump);
-            if index == 0 {
-                hops.extend(earlier);
-            } else {
-                hop.proxy_command = None;
-            }
+            let jump_depth = (index == 0).then_some(depth + 1);
+            let mut hop = self.resolve_as(&spec.host, overrides, jump_depth)?;
+            hops.append(&mut hop.proxy_jump);
             hops.push(hop);
+            if hops.len() > MAX_JUMP_HOPS {
+                return Err(too_long());
+            }
         }
         Ok(hops)
     }
@@ -620,8 +722,50 @@ fn first<T>(slot: &mut Option<T>, value: T) {
     }
 }
 
-fn nested(outer: &Arc<[Condition]>, condition: Condition) -> Arc<[Condition]> {
-    outer.iter().cloned().chain([condition]).collect()
+/// Whether `scope` and every scope around it match `host`, each evaluated at most once per
+/// host (`memo` is indexed by [`Scope::id`]).
+fn holds(scope: &Scope, host: &str, memo: &mut [Option<bool>]) -> bool {
+    let mut chain = Vec::new();
+    let mut next = Some(scope);
+    // Innermost first; stops at the first scope already known.
+    while let Some(scope) = next {
+        match memo.get(scope.id).copied().flatten() {
+            Some(known) => {
+                if !known {
+                    return false;
+                }
+                break;
+            }
+            None => chain.push(scope),
+        }
+        next = scope.outer.as_deref();
+    }
+    // Outermost first, so that a scope's answer includes those around it.
+    let mut result = true;
+    for scope in chain.into_iter().rev() {
+        result = result && scope.condition.matches(host);
+        if let Some(slot) = memo.get_mut(scope.id) {
+            *slot = Some(result);
+        }
+    }
+    result
+}
+
+/// `path` with symbolic links and `..` resolved, to recognise a file included again; as
+/// given when that fails (the read reports why).
+fn canonical(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// What reading one configuration has used so far.
+#[derive(Default)]
+struct Reading {
+    /// The files being read, outermost first.
+    stack: Vec<PathBuf>,
+    /// Files read through `Include`.
+    files: usize,
+    /// Bytes read, from every file.
+    bytes: usize,
 }
 
 impl Setting {
@@ -723,9 +867,16 @@ fn parse_proxy_command(
     }
 }
 
-/// OpenSSH's `convtime`: `90`, `90s`, `5m`, `1h30m`, units s, m, h, d, w in any case.
+/// OpenSSH's `convtime`: `90`, `90s`, `5m`, `1h30m`, units s, m, h, d, w in any case; at
+/// most 2³¹ − 1 seconds in all, as there (timers could not hold much more).
 fn parse_time(value: &str) -> std::result::Result<Duration, String> {
     let bad = || format!("bad time value `{value}`");
+    let too_long = || {
+        format!(
+            "time value `{value}` is longer than {} seconds (ssh refuses it too)",
+            limit::MAX_DURATION.as_secs()
+        )
+    };
     let mut total: u64 = 0;
     let mut number = String::new();
     for c in value.chars() {
@@ -741,20 +892,27 @@ fn parse_time(value: &str) -> std::result::Result<Duration, String> {
             'w' => 604_800,
             _ => return Err(bad()),
         };
-        let n: u64 = number.parse().map_err(|_| bad())?;
+        if number.is_empty() {
+            return Err(bad());
+        }
+        let n: u64 = number.parse().map_err(|_| too_long())?;
         total = n
             .checked_mul(unit)
             .and_then(|s| total.checked_add(s))
-            .ok_or_else(bad)?;
+            .ok_or_else(too_long)?;
         number.clear();
     }
     if !number.is_empty() {
-        let n: u64 = number.parse().map_err(|_| bad())?;
-        total = total.checked_add(n).ok_or_else(bad)?;
+        let n: u64 = number.parse().map_err(|_| too_long())?;
+        total = total.checked_add(n).ok_or_else(too_long)?;
     } else if value.is_empty() {
         return Err(bad());
     }
-    Ok(Duration::from_secs(total))
+    let total = Duration::from_secs(total);
+    if total > limit::MAX_DURATION {
+        return Err(too_long());
+    }
+    Ok(total)
 }
 
 fn host_patterns(args: Vec<String>) -> std::result::Result<Vec<Pattern>, String> {
@@ -1081,6 +1239,23 @@ mod tests {
         assert_eq!(t("1w"), Ok(604_800));
         for bad in ["", "x", "1x", "m", "-1"] {
             assert!(parse_time(bad).is_err(), "{bad:?}");
+        }
+        // convtime's limit, INT_MAX seconds, checked against `ssh -G` (9.2p1): one more
+        // second, in any spelling, is "invalid time value" there.
+        assert_eq!(t("2147483647"), Ok(2_147_483_647));
+        assert_eq!(t("3550w5d3h14m7s"), Ok(2_147_483_647));
+        for long in [
+            "2147483648",
+            "30500568904943w",
+            "18446744073709551615",
+            "99999999999999999999999",
+            "3550w5d3h14m8s",
+        ] {
+            let error = parse_time(long).unwrap_err();
+            assert!(
+                error.contains("longer than 2147483647 seconds"),
+                "{long}: {error}"
+            );
         }
     }
 

@@ -83,6 +83,7 @@
 mod registry;
 mod session;
 mod slot;
+mod startup;
 mod stats;
 
 pub(crate) use registry::{Counters, Registry};
@@ -236,6 +237,11 @@ impl Pool {
             spare_channels_opened: counters.spares_opened.load(Ordering::Relaxed),
             spare_channels_used: counters.spares_used.load(Ordering::Relaxed),
             prestarted_spares_used: counters.prestarted_used.load(Ordering::Relaxed),
+            login_shell_startup: sessions
+                .iter()
+                .filter(|s| !s.is_dead())
+                .filter_map(|s| s.login_shell_startup.get())
+                .max(),
             waits: state.statistics.get_waited,
             wait_timeouts: state.statistics.get_timed_out,
             wait_time: state.statistics.get_wait_time,

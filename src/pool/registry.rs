@@ -276,26 +276,27 @@ impl Registry {
     /// host-key refusals, bad settings and timeouts are not retried.
     async fn dial(&self) -> Result<Arc<Session>> {
         let started = Instant::now();
-        let give_up_at = started + self.config.connect_timeout;
         let mut delay = Duration::from_millis(25);
         loop {
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             self.counters.dials.fetch_add(1, Ordering::Relaxed);
             // Each attempt gets what is left of the one budget, so retries never stretch it.
             let attempt_started = Instant::now();
-            let attempt = tokio::time::timeout_at(
-                give_up_at.into(),
-                Session::dial(&self.config, &self.hop_cache, id),
-            )
-            .await
-            .unwrap_or_else(|_| {
-                Err(Error::Timeout {
-                    host: self.config.host.clone(),
-                    port: self.config.port,
-                    phase: Phase::Connect,
-                    after: self.config.connect_timeout,
-                })
-            });
+            let left = self
+                .config
+                .connect_timeout
+                .saturating_sub(started.elapsed());
+            let attempt =
+                tokio::time::timeout(left, Session::dial(&self.config, &self.hop_cache, id))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(Error::Timeout {
+                            host: self.config.host.clone(),
+                            port: self.config.port,
+                            phase: Phase::Connect,
+                            after: self.config.connect_timeout,
+                        })
+                    });
             let error = match attempt {
                 Ok(session) => {
                     self.note_dial_end(Some(attempt_started.elapsed()));
@@ -320,7 +321,9 @@ impl Registry {
                 }));
             }
             let pause = delay.mul_f64(rand::random_range(0.5..1.5));
-            if is_transient(&error) && started.elapsed() + pause < self.config.connect_timeout {
+            if is_transient(&error)
+                && started.elapsed().saturating_add(pause) < self.config.connect_timeout
+            {
                 tracing::debug!(host = %self.config.host, port = self.config.port, %error,
                     retry_in = ?pause, "connection attempt failed; retrying");
                 self.counters.dial_retries.fetch_add(1, Ordering::Relaxed);

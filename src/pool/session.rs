@@ -17,6 +17,7 @@ use tokio::sync::oneshot;
 use crate::{
     config::Config,
     error::Result,
+    pool::startup::LoginShellStartup,
     ssh::{ClientHandler, HopCache, HopChain, dial},
 };
 
@@ -56,6 +57,8 @@ pub(crate) struct Session {
     /// Session channels opened ahead of demand, and the commands claiming channels here
     /// (see [`Spares`]).
     spares: std::sync::Mutex<Spares>,
+    /// How long the login shell takes to start here (see [`LoginShellStartup`]).
+    pub(crate) login_shell_startup: LoginShellStartup,
     /// The reusable SFTP channel, opened on first use.
     ///
     /// Type-erased so that the pool does not depend on the file layer, which owns the type
@@ -256,6 +259,7 @@ impl Session {
             direct_bootstrap: std::sync::atomic::AtomicU8::new(DIRECT_UNKNOWN),
             noisy_login: AtomicBool::new(false),
             spares: std::sync::Mutex::new(Spares::default()),
+            login_shell_startup: LoginShellStartup::default(),
             sftp: tokio::sync::Mutex::new(None),
             hops: std::sync::Mutex::new(connection.hops),
         })

@@ -58,6 +58,13 @@ pub struct PoolStats {
     /// Of those, commands whose spare was pre-started: its login shell was already running
     /// and waiting for the command (connections that take the direct exec form).
     pub prestarted_spares_used: u64,
+    /// How long the account's login shell takes to start: the largest figure among the open
+    /// connections, each measured on its first command (`None` before that). It includes the
+    /// shell's start-up files (a `~/.bashrc` that runs `pyenv init` or `nvm`: see the
+    /// README's "How commands run") and about 1 ms of the executor's own; not the link's
+    /// round trip. Every command that finds no pre-started spare pays it; at 50 ms or more
+    /// the executor logs a warning once per connection.
+    pub login_shell_startup: Option<Duration>,
     /// Slot checkouts that had to wait.
     pub waits: u64,
     /// Slot checkouts that timed out.

@@ -76,6 +76,13 @@ impl ClientHandler {
                 file,
                 line,
             }),
+            Verdict::UnreadableRevocation { line } => Err(Error::UnreadableRevocation {
+                host: self.host.clone(),
+                port: self.port,
+                fingerprint,
+                file,
+                line,
+            }),
             Verdict::Changed { line } => Err(Error::HostKeyMismatch {
                 host: self.host.clone(),
                 port: self.port,

@@ -212,7 +212,8 @@ pub(crate) async fn chain(
         .map(|hop| (hop.host.as_str(), hop.port))
         .unwrap_or((config.host.as_str(), config.port));
     // The lock is held while a chain connects, so it may wait that long: bound the wait.
-    let wait = Budget::start(config.connect_timeout * (config.jump_hosts.len() as u32 + 1));
+    let peers = u32::try_from(config.jump_hosts.len().saturating_add(1)).unwrap_or(u32::MAX);
+    let wait = Budget::start(config.connect_timeout.saturating_mul(peers));
     let mut cached = wait.run(first, Phase::Connect, cache.0.lock()).await?;
     if let Some(chain) = cached.upgrade().filter(|chain| !chain.is_dead()) {
         return Ok(chain);

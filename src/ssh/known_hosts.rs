@@ -3,7 +3,8 @@
 //! Follows sshd(8) "SSH_KNOWN_HOSTS FILE FORMAT" and the behaviour of OpenSSH's
 //! `hostfile.c` / `match.c` closely, because users point us at the very files `ssh` writes
 //! and expect the same answer `ssh` would give. Deliberate differences are noted where they
-//! occur (chiefly: `@revoked` applies whatever its host field says, and host certificates
+//! occur (chiefly: `@revoked` applies whatever its host field says, a `@revoked` line that
+//! cannot be read refuses the hosts it names instead of being skipped, and host certificates
 //! are not supported, so `@cert-authority` lines are parsed but never trust anything).
 //!
 //! Everything here is synchronous and pure except [`KnownHosts::load`] and [`append`];
@@ -33,6 +34,10 @@ pub(crate) enum Verdict {
     /// The key is listed under `@revoked` (1-based `line`): refuse it even if another line
     /// trusts it.
     Revoked { line: usize },
+    /// A `@revoked` line naming this host (or whose host field cannot be read) has a key
+    /// that cannot be read (1-based `line`): it may revoke this very key, so the host is
+    /// refused whatever key it presents.
+    UnreadableRevocation { line: usize },
 }
 
 /// The optional marker in front of a known_hosts line.
@@ -62,6 +67,18 @@ enum Hosts {
     },
 }
 
+/// A `@revoked` line that could not be read.
+#[derive(Debug, Clone)]
+struct UnreadableRevocation {
+    /// The hosts it names; `None` when the host field cannot be read either: then every
+    /// host.
+    hosts: Option<Hosts>,
+    /// 1-based line number within its file.
+    line: usize,
+    /// As [`Entry::origin`].
+    origin: Option<Arc<Path>>,
+}
+
 /// One valid known_hosts line.
 #[derive(Debug, Clone)]
 struct Entry {
@@ -83,23 +100,36 @@ struct Entry {
 pub(crate) struct KnownHosts {
     /// Valid lines in file order; merged files follow one another in merge order.
     entries: Vec<Entry>,
+    /// `@revoked` lines that could not be read, in the same order.
+    unreadable_revocations: Vec<UnreadableRevocation>,
     /// Lines that were neither blank, comments, nor valid entries.
     skipped: usize,
 }
 
 impl KnownHosts {
     /// Parse text. Invalid lines (bad base64, unknown key type, missing fields, unknown
-    /// marker) are skipped, as OpenSSH does; count them in `skipped_lines()`.
+    /// marker) are skipped, as OpenSSH does; count them in `skipped_lines()`. An invalid
+    /// line that says `@revoked` is kept as an unreadable revocation instead (and counted).
     pub(crate) fn parse(text: &str) -> KnownHosts {
         let mut hosts = KnownHosts::default();
         for (index, raw) in text.split('\n').enumerate() {
-            // CRLF files: OpenSSH only tolerates the stray `\r` by accident of its base64
-            // decoder skipping whitespace; strip it explicitly instead.
-            let line = raw.strip_suffix('\r').unwrap_or(raw);
-            match parse_line(line, index + 1) {
+            // OpenSSH reads lines as C strings: a NUL ends the line (`strcspn(line, "\n")`),
+            // so a host field with a NUL in it leaves a line without a key, and bytes after
+            // a key are ignored.
+            let line = raw.split('\0').next().unwrap_or(raw);
+            // CRLF files: blank and comment lines stay blank and comments (a `\r` left in
+            // a key field is skipped by the base64 rule below, as OpenSSH does).
+            let line = line.strip_suffix('\r').unwrap_or(line);
+            let number = index + 1;
+            match parse_line(line, number) {
                 Ok(Some(entry)) => hosts.entries.push(entry),
                 Ok(None) => {}
-                Err(Invalid) => hosts.skipped += 1,
+                Err(Invalid) => {
+                    hosts.skipped += 1;
+                    if let Some(revocation) = unreadable_revocation(line, number) {
+                        hosts.unreadable_revocations.push(revocation);
+                    }
+                }
             }
         }
         hosts
@@ -119,6 +149,9 @@ impl KnownHosts {
         let origin: Arc<Path> = Arc::from(path);
         for entry in &mut hosts.entries {
             entry.origin = Some(Arc::clone(&origin));
+        }
+        for revocation in &mut hosts.unreadable_revocations {
+            revocation.origin = Some(Arc::clone(&origin));
         }
         Ok(hosts)
     }
@@ -178,6 +211,8 @@ impl KnownHosts {
     /// file, as OpenSSH consults them), keeping each entry's origin path for messages.
     pub(crate) fn extend(&mut self, other: KnownHosts) {
         self.entries.extend(other.entries);
+        self.unreadable_revocations
+            .extend(other.unreadable_revocations);
         self.skipped += other.skipped;
     }
 
@@ -212,6 +247,22 @@ impl KnownHosts {
         // `ssh` lowercases the host name before any lookup; hashed names are hashed in
         // lowercase too (`ssh-keygen -H` does the same).
         let name = lookup_name(host, port).to_ascii_lowercase();
+
+        // A revocation we cannot read may name this very key (`ssh` reads some key fields
+        // we once did not): fail closed for the hosts it names.
+        if let Some(revocation) = self.unreadable_revocations.iter().find(|r| {
+            r.hosts
+                .as_ref()
+                .is_none_or(|hosts| hosts_match(hosts, &name))
+        }) {
+            let file = revocation.origin.as_deref().map(Path::to_path_buf);
+            return (
+                Verdict::UnreadableRevocation {
+                    line: revocation.line,
+                },
+                file,
+            );
+        }
         let mut first_mismatch: Option<&Entry> = None;
         for entry in self.entries.iter().filter(|e| e.marker == Marker::None) {
             if !hosts_match(&entry.hosts, &name) {
@@ -337,7 +388,7 @@ fn parse_line(line: &str, number: usize) -> Result<Option<Entry>, Invalid> {
             "@revoked" => Marker::Revoked,
             _ => return Err(Invalid),
         };
-        rest = tail;
+        rest = tail.trim_start_matches([' ', '\t']);
     }
 
     let (hosts, rest) = next_field(rest);
@@ -346,6 +397,18 @@ fn parse_line(line: &str, number: usize) -> Result<Option<Entry>, Invalid> {
     if hosts.is_empty() || key_type.is_empty() || key_type.starts_with('#') || blob.is_empty() {
         return Err(Invalid);
     }
+    // OpenSSH's base64 decoder (`b64_pton`) skips whitespace anywhere in the key field:
+    // after splitting at spaces and tabs, that leaves `\r`, vertical tab and form feed (two
+    // trailing `\r`s of a converted file, say). Skipping fewer made us ignore `@revoked`
+    // lines that `ssh` enforces.
+    let blob: String = blob
+        .chars()
+        .filter(|c| !matches!(c, '\r' | '\x0b' | '\x0c' | '\n'))
+        .collect();
+    if blob.is_empty() {
+        return Err(Invalid);
+    }
+    let blob = blob.as_str();
 
     Ok(Some(Entry {
         marker,
@@ -354,6 +417,31 @@ fn parse_line(line: &str, number: usize) -> Result<Option<Entry>, Invalid> {
         line: number,
         origin: None,
     }))
+}
+
+/// The unreadable revocation an invalid `line` stands for, if it says `@revoked` among its
+/// markers. Its hosts are the field after the markers when that field can be read;
+/// otherwise it applies to every host (there is no telling which it names).
+fn unreadable_revocation(line: &str, number: usize) -> Option<UnreadableRevocation> {
+    let mut rest = line.trim_start_matches([' ', '\t']);
+    let mut revoked = false;
+    while rest.starts_with('@') {
+        let (word, tail) = next_field(rest);
+        revoked |= word == "@revoked";
+        rest = tail.trim_start_matches([' ', '\t']);
+    }
+    if !revoked {
+        return None;
+    }
+    let (field, _) = next_field(rest);
+    let hosts = (!field.is_empty() && !field.starts_with('#'))
+        .then(|| parse_hosts(field).ok())
+        .flatten();
+    Some(UnreadableRevocation {
+        hosts,
+        line: number,
+        origin: None,
+    })
 }
 
 /// Split off the next field: fields are separated by runs of spaces or tabs (only those,
@@ -546,6 +634,13 @@ mod tests {
             key.algorithm().as_str(),
             BASE64.encode(&key.to_bytes().unwrap())
         )
+    }
+
+    /// The key type and the base64 of a key, apart.
+    fn type_and_base64(key: &PublicKey) -> (String, String) {
+        let text = key_text(key);
+        let (kind, b64) = text.split_once(' ').unwrap();
+        (kind.to_owned(), b64.to_owned())
     }
 
     fn line(hosts: &str, key: &PublicKey) -> String {
@@ -945,10 +1040,7 @@ mod tests {
     #[test]
     fn tabs_and_whitespace() {
         let key = ed25519();
-        let (kt, b64) = key_text(&key)
-            .split_once(' ')
-            .map(|(a, b)| (a.to_owned(), b.to_owned()))
-            .unwrap();
+        let (kt, b64) = type_and_base64(&key);
         let text = format!(
             "host1\t{kt}\t{b64}\tcomment\n  \t host2 \t {kt}  {b64}   some comment words\n@revoked\t*\t{kt}\t{b64}\n"
         );
@@ -996,8 +1088,8 @@ mod tests {
             "bad3 ssh-ed25519".to_owned(),
             "bad4".to_owned(),
             format!("@bogus bad5 {text_key}"),
-            format!("@revoked @revoked * {text_key}"),
-            format!("@cert-authority @revoked * {text_key}"),
+            format!("@cert-authority @cert-authority bad6 {text_key}"),
+            format!("@cert-authority bad7 ssh-ed25519 {b64}=="),
             format!("bad8 ssh-rsa {b64}"), // type does not match blob
             format!(
                 "bad9 ssh-ed25519 {}",
@@ -1014,7 +1106,7 @@ mod tests {
             ), // missing padding
             format!("bad13 ssh-ed25519 {b64}#comment"),
             format!("bad14 #ssh-ed25519 {b64}"),
-            "@revoked".to_owned(),
+            "@cert-authority".to_owned(),
             format!("bad16 ssh-ed25519 {}", &b64[..b64.len() - 4]), // truncated key
         ];
         let valid = [
@@ -1109,6 +1201,110 @@ mod tests {
         // A revoked line alone does not make the host known.
         let text = format!("@revoked host {}\n", key_text(&key));
         assert_eq!(check(&text, "host", 22, &other), Verdict::Unknown);
+    }
+
+    #[test]
+    fn key_fields_skip_whitespace_like_b64_pton() {
+        let key = ed25519();
+        let (kt, b64) = type_and_base64(&key);
+        let (head, tail) = b64.split_at(10);
+        // Each of these is a key `ssh` reads (checked with ssh-keygen -l below): a vertical
+        // tab or form feed inside the base64, two trailing `\r`s, a NUL after the key.
+        let fields = [
+            format!("{head}\x0b{tail}"),
+            format!("{head}\x0c{tail}"),
+            format!("{b64}\r\r"),
+            format!("{b64}\r\x0b\r"),
+            format!("{b64}\0garbage"),
+            format!("{b64}\0 more"),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        for field in &fields {
+            let text = format!("host {kt} {field}\n");
+            assert_eq!(
+                check(&text, "host", 22, &key),
+                Verdict::Trusted,
+                "{field:?}"
+            );
+            let revoked = format!("@revoked host {kt} {field}\n{}", line("host", &key));
+            assert_eq!(
+                check(&revoked, "host", 22, &key),
+                Verdict::Revoked { line: 1 },
+                "{field:?}"
+            );
+            if have_ssh_keygen() {
+                let file = dir.path().join("kh");
+                std::fs::write(&file, &text).unwrap();
+                assert_eq!(openssh_valid_lines(&file), 1, "ssh-keygen reads {field:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_nul_ends_the_line_as_in_openssh() {
+        let key = ed25519();
+        // A NUL inside the host field leaves a line without a key: dropped, not `host`.
+        let text = format!("host\0evil {}\n", key_text(&key));
+        let hosts = KnownHosts::parse(&text);
+        assert_eq!(hosts.check("host", 22, &key), Verdict::Unknown);
+        assert_eq!(hosts.check("host\0evil", 22, &key), Verdict::Unknown);
+        assert_eq!(hosts.skipped_lines(), 1);
+        if have_ssh_keygen() {
+            let dir = tempfile::tempdir().unwrap();
+            let file = dir.path().join("kh");
+            std::fs::write(&file, &text).unwrap();
+            assert_eq!(openssh_valid_lines(&file), 0);
+            assert!(!openssh_finds(&file, "host"));
+        }
+    }
+
+    #[test]
+    fn an_unreadable_revocation_refuses_the_hosts_it_names() {
+        let key = ed25519();
+        let trusted = line("host", &key);
+        let (kt, b64) = type_and_base64(&key);
+        // Keys no reader can take: refusing the host is the only safe reading.
+        for broken in [
+            format!("@revoked host {kt} {}", &b64[..b64.len() - 4]),
+            format!("@revoked host {kt} not*base64"),
+            format!("@revoked host ssh-unknown {b64}"),
+            format!("@revoked host {kt}"),
+            format!("@revoked @revoked host {kt} {b64}"),
+            format!("@cert-authority @revoked host {kt} {b64}"),
+        ] {
+            let text = format!("{broken}\n{trusted}");
+            let hosts = KnownHosts::parse(&text);
+            assert_eq!(
+                hosts.check("host", 22, &key),
+                Verdict::UnreadableRevocation { line: 1 },
+                "{broken:?}"
+            );
+            // Other hosts are unaffected.
+            let elsewhere = format!("{text}{}", line("other", &key));
+            assert_eq!(
+                check(&elsewhere, "other", 22, &key),
+                Verdict::Trusted,
+                "{broken:?}"
+            );
+        }
+        // Without a readable host field there is no telling which hosts: all of them.
+        for broken in [
+            "@revoked",
+            "@revoked   ",
+            "@revoked |1|bad|salt ssh-ed25519 x",
+        ] {
+            let text = format!("{broken}\n{trusted}{}", line("other", &key));
+            for host in ["host", "other"] {
+                assert_eq!(
+                    check(&text, host, 22, &key),
+                    Verdict::UnreadableRevocation { line: 1 },
+                    "{broken:?}"
+                );
+            }
+        }
+        // An unknown marker is no revocation (OpenSSH skips the line too).
+        let text = format!("@revoke host {kt} x\n{trusted}");
+        assert_eq!(check(&text, "host", 22, &key), Verdict::Trusted);
     }
 
     #[test]

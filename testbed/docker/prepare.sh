@@ -5,27 +5,34 @@
 #   bash testbed/docker/prepare.sh            # everything below
 #   bash testbed/docker/prepare.sh build openssh dropbear
 #                                             # only (re)build missing images
+#   bash testbed/docker/prepare.sh base       # only make sure the base image exists
 #   bash testbed/docker/prepare.sh tag openssh  # print the image tag, nothing else
 #
 # Full run:
 #   1. installs docker.io and debootstrap with apt-get if missing (root only),
 #   2. starts dockerd in the background if the daemon is not reachable (no systemd
 #      needed; log in /var/log/dockerd.log; override flags with DOCKERD_FLAGS),
-#   3. builds the base image $BASE_IMAGE (the FROM of the Dockerfiles) with debootstrap
-#      from this machine's Debian mirror, unless an image of that name exists (so no
-#      container registry is needed),
+#   3. makes sure the base image $BASE_IMAGE (the FROM of the Dockerfiles) exists: an
+#      image of that name is used as it is; otherwise, as BASE_IMAGE_SOURCE says, it is
+#      pulled from its registry (`docker pull`, bounded by PULL_TIMEOUT) or built with
+#      debootstrap from this machine's Debian mirror (no registry needed),
 #   4. builds the testbed images, each tagged swiftide-ssh-testbed-<name>:<hash>, where
 #      <hash> covers every file of its build context: an image is rebuilt only when its
-#      files change.
+#      files change. Each also gets the moving tag swiftide-ssh-testbed-<name>:latest.
 #
 # Environment: DOCKER (the docker CLI, default `docker`), BASE_IMAGE (default
-# debian:bookworm-slim), DEBIAN_MIRROR (default: the first bookworm URI in the apt
-# sources), DOCKERD_FLAGS (extra dockerd arguments).
+# debian:bookworm-slim; e.g. 127.0.0.1:5000/debian:bookworm-slim for a local registry),
+# BASE_IMAGE_SOURCE (how a missing base image is made: `auto`, the default, pulls and falls
+# back to debootstrap when the pull fails; `pull` only pulls; `debootstrap` never contacts a
+# registry), PULL_TIMEOUT (seconds, default 300), DEBIAN_MIRROR (default: the first bookworm
+# URI in the apt sources), DOCKERD_FLAGS (extra dockerd arguments).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 DOCKER=${DOCKER:-docker}
 BASE_IMAGE=${BASE_IMAGE:-debian:bookworm-slim}
+BASE_IMAGE_SOURCE=${BASE_IMAGE_SOURCE:-auto}
+PULL_TIMEOUT=${PULL_TIMEOUT:-300}
 SUITE=bookworm
 IMAGES="openssh dropbear"
 
@@ -70,7 +77,10 @@ install_packages() {
         missing+=(docker.io)
     fi
     command -v "$DOCKER" >/dev/null 2>&1 || missing+=(docker.io)
-    command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
+    # debootstrap is only needed when the base image may be built here.
+    if [ "$BASE_IMAGE_SOURCE" != pull ] && ! have_image "$BASE_IMAGE"; then
+        command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
+    fi
     command -v flock >/dev/null 2>&1 || missing+=(util-linux)
     [ ${#missing[@]} -eq 0 ] && return 0
     [ "$(id -u)" -eq 0 ] || die "missing ${missing[*]}; install them (apt-get install -y ${missing[*]})"
@@ -144,11 +154,57 @@ copy_apt_sources() {
     fi
 }
 
+check_base_source() {
+    case "$BASE_IMAGE_SOURCE" in
+        auto | pull | debootstrap) ;;
+        *) die "BASE_IMAGE_SOURCE must be auto, pull or debootstrap (not '$BASE_IMAGE_SOURCE')" ;;
+    esac
+    case "$PULL_TIMEOUT" in
+        '' | *[!0-9]*) die "PULL_TIMEOUT must be a whole number of seconds (not '$PULL_TIMEOUT')" ;;
+    esac
+}
+
+# `docker pull $BASE_IMAGE` within PULL_TIMEOUT seconds (then SIGTERM, SIGKILL 5 s later:
+# a registry that accepts the connection but never answers must not hang CI).
+pull_base() {
+    local t0 status=0
+    log "pulling $BASE_IMAGE (at most $PULL_TIMEOUT s)"
+    t0=$(now)
+    timeout -k 5 "$PULL_TIMEOUT" "$DOCKER" pull -q "$BASE_IMAGE" >/dev/null 2>"${TMPDIR:-/tmp}/swiftide-ssh-testbed-pull.log" \
+        || status=$?
+    if [ "$status" -eq 0 ] && have_image "$BASE_IMAGE"; then
+        rm -f "${TMPDIR:-/tmp}/swiftide-ssh-testbed-pull.log"
+        log "pulled $BASE_IMAGE in $(since "$t0")"
+        return 0
+    fi
+    if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
+        log "pulling $BASE_IMAGE timed out after $PULL_TIMEOUT s"
+    else
+        log "pulling $BASE_IMAGE failed: $(tr '\n' ' ' < "${TMPDIR:-/tmp}/swiftide-ssh-testbed-pull.log")"
+    fi
+    rm -f "${TMPDIR:-/tmp}/swiftide-ssh-testbed-pull.log"
+    return 1
+}
+
 build_base() {
     if have_image "$BASE_IMAGE"; then
         log "base image $BASE_IMAGE exists"
         return 0
     fi
+    case "$BASE_IMAGE_SOURCE" in
+        pull)
+            pull_base || die "base image $BASE_IMAGE missing and not pullable (BASE_IMAGE_SOURCE=pull); set BASE_IMAGE_SOURCE=debootstrap to build it here"
+            return 0
+            ;;
+        auto)
+            if pull_base; then return 0; fi
+            log "falling back to debootstrap"
+            ;;
+    esac
+    debootstrap_base
+}
+
+debootstrap_base() {
     command -v debootstrap >/dev/null 2>&1 || die "base image $BASE_IMAGE missing and debootstrap not installed (apt-get install -y debootstrap)"
     [ "$(id -u)" -eq 0 ] || die "building the base image $BASE_IMAGE with debootstrap needs root"
     local mirror root t0
@@ -183,6 +239,7 @@ build_image() {
     # DOCKER_BUILDKIT=0: the classic builder needs no buildx plugin, and the
     # `# syntax=` line would make BuildKit fetch a frontend image.
     DOCKER_BUILDKIT=0 "$DOCKER" build -q --label swiftide-ssh-testbed.image="$name" \
+        --build-arg BASE_IMAGE="$BASE_IMAGE" \
         -t "$tag" -t "swiftide-ssh-testbed-$name:latest" "$dir" >/dev/null \
         || die "building $tag failed (run: DOCKER_BUILDKIT=0 docker build $dir)"
     log "built $tag in $(since "$t0")"
@@ -199,14 +256,21 @@ case "${1:-all}" in
         [ $# -eq 2 ] || die "usage: $0 tag <image>"
         image_tag "$2"
         ;;
+    base)
+        check_base_source
+        with_lock
+        build_base
+        ;;
     build)
         shift
         [ $# -gt 0 ] || set -- $IMAGES
+        check_base_source
         with_lock
         for name in "$@"; do context_dir "$name" >/dev/null; build_image "$name"; done
         ;;
     all)
         T0=$(now)
+        check_base_source
         install_packages
         start_dockerd
         with_lock
@@ -216,6 +280,6 @@ case "${1:-all}" in
         for name in $IMAGES; do image_tag "$name"; done
         ;;
     *)
-        die "usage: $0 [all | build [image...] | tag <image>]"
+        die "usage: $0 [all | base | build [image...] | tag <image>]"
         ;;
 esac

@@ -21,6 +21,9 @@ pub(crate) struct ConfigParams<'a> {
     /// `ClientAliveInterval` and `ClientAliveCountMax`, when set.
     pub(crate) client_alive: Option<(u32, u32)>,
     pub(crate) extra_lines: &'a [String],
+    /// Sessions get `SHLVL=1`, which keeps Debian's bash from reading `~/.bashrc` for
+    /// commands over SSH (off for accounts with [home files](crate::TestbedBuilder::home_file)).
+    pub(crate) quiet_bashrc: bool,
 }
 
 /// The first word of a configuration line (keywords may be followed by whitespace or
@@ -78,7 +81,7 @@ pub(crate) fn render(params: &ConfigParams<'_>) -> String {
         extra_global.push(line.to_owned());
     }
 
-    let mut setenv = String::from("SHLVL=1 ");
+    let mut setenv = String::from(if params.quiet_bashrc { "SHLVL=1 " } else { "" });
     setenv.push_str(crate::TESTBED_ENV_VAR);
     setenv.push_str("=1 ");
     setenv.push_str(crate::TESTBED_ID_ENV_VAR);
@@ -165,6 +168,7 @@ mod tests {
             testbed_id: "tb",
             sftp: true,
             client_alive: None,
+            quiet_bashrc: true,
             extra_lines: extra,
         })
     }
@@ -231,6 +235,7 @@ mod tests {
             testbed_id: "tb",
             sftp: true,
             client_alive: Some((1, 2)),
+            quiet_bashrc: true,
             extra_lines: &[],
         };
         let config = render(&params);
@@ -239,5 +244,13 @@ mod tests {
         assert!(lines.contains(&"ClientAliveCountMax 2"), "{config}");
         params.client_alive = None;
         assert!(!render(&params).contains("ClientAlive"));
+        // Accounts with home files: no SHLVL, so that Debian's bash reads ~/.bashrc.
+        assert!(render(&params).contains("SetEnv SHLVL=1 "));
+        params.quiet_bashrc = false;
+        let config = render(&params);
+        assert!(!config.contains("SHLVL"), "{config}");
+        assert!(
+            active(&config).contains(&"SetEnv SWIFTIDE_SSH_TESTBED=1 SWIFTIDE_SSH_TESTBED_ID=tb")
+        );
     }
 }

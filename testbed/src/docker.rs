@@ -41,8 +41,19 @@ pub const OWNER_HOST_LABEL: &str = "swiftide-ssh-testbed.owner-host";
 /// The account the Docker images log in as (login shell `/bin/sh`, not root).
 pub const DOCKER_USER: &str = "tester";
 
-/// The script that builds the images and computes their tags.
+/// The script that builds the images and computes their tags (shipped in the crate).
 const PREPARE_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/docker/prepare.sh");
+
+/// The names under `/keys` in the container that the entrypoints install.
+pub(crate) const AUTHORIZED_KEYS_FILE: &str = "authorized_keys";
+pub(crate) const HOST_KEY_FILE: &str = "ssh_host_ed25519_key";
+
+/// `docker/prepare.sh` inside this crate's source (also in the published crate, next to
+/// the Docker build contexts): `bash <path>` installs Docker if needed and builds the
+/// images, `bash <path> tag openssh` prints a tag. See the README's "Prepare the machine".
+pub fn prepare_script() -> &'static Path {
+    Path::new(PREPARE_SCRIPT)
+}
 
 /// Default for [`DockerTestbedBuilder::ready_timeout`].
 const DEFAULT_READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -229,6 +240,74 @@ struct Files {
     encrypted_key: PathBuf,
     unauthorized_key: PathBuf,
     known_hosts: PathBuf,
+}
+
+/// The keys of a container: the files the client uses, and the directory whose contents
+/// go to the container's `/keys` (both images' entrypoints install them from there).
+#[derive(Debug)]
+pub(crate) struct ContainerKeys {
+    /// `authorized_keys` and `ssh_host_ed25519_key`.
+    pub(crate) keys_dir: PathBuf,
+    files: Files,
+    /// `ssh-ed25519 AAAA...`, without the comment.
+    pub(crate) host_public_key: String,
+}
+
+impl ContainerKeys {
+    /// Generates a fresh host key and writes it, the `authorized_keys` for the process-wide
+    /// client keys and the client keys into `dir` (`known_hosts` is written once the port
+    /// is known).
+    pub(crate) fn create(dir: &Path) -> Result<Self, TestbedError> {
+        let keys_dir = dir.join("keys");
+        fs::create_dir(&keys_dir)
+            .map_err(|e| TestbedError::io(format!("creating {}", keys_dir.display()), e))?;
+        let host_key = system::generate_key(
+            &keys_dir.join(HOST_KEY_FILE),
+            "swiftide-ssh-testbed-docker-host",
+        )?;
+        let host_public_key = host_key
+            .public
+            .split_whitespace()
+            .take(2)
+            .collect::<Vec<_>>()
+            .join(" ");
+        let files = Files {
+            client_key: dir.join("id_ed25519"),
+            encrypted_key: dir.join("id_ed25519_encrypted"),
+            unauthorized_key: dir.join("id_ed25519_unauthorized"),
+            known_hosts: dir.join("known_hosts"),
+        };
+        let keys = system::client_keys()?;
+        keys.plain.write(&files.client_key)?;
+        keys.encrypted.write(&files.encrypted_key)?;
+        keys.unauthorized.write(&files.unauthorized_key)?;
+        let authorized = format!("{}\n{}\n", keys.plain.public, keys.encrypted.public);
+        system::write_file(
+            &keys_dir.join(AUTHORIZED_KEYS_FILE),
+            authorized.as_bytes(),
+            0o644,
+        )?;
+        Ok(Self {
+            keys_dir,
+            files,
+            host_public_key,
+        })
+    }
+
+    #[cfg(feature = "testcontainers")]
+    pub(crate) fn client_key(&self) -> &Path {
+        &self.files.client_key
+    }
+
+    #[cfg(feature = "testcontainers")]
+    pub(crate) fn encrypted_key(&self) -> &Path {
+        &self.files.encrypted_key
+    }
+
+    #[cfg(feature = "testcontainers")]
+    pub(crate) fn known_hosts(&self) -> &Path {
+        &self.files.known_hosts
+    }
 }
 
 /// An SSH server in a Docker container, for tests: OpenSSH on Debian or Dropbear on
@@ -698,35 +777,11 @@ impl DockerTestbed {
             .prefix("swiftide-ssh-docker-")
             .tempdir()
             .map_err(|e| TestbedError::io("creating the testbed directory", e))?;
-        let keys_dir = dir.path().join("keys");
-        fs::create_dir(&keys_dir)
-            .map_err(|e| TestbedError::io(format!("creating {}", keys_dir.display()), e))?;
-        let host_key = system::generate_key(
-            &keys_dir.join("ssh_host_ed25519_key"),
-            "swiftide-ssh-testbed-docker-host",
-        )?;
-        let host_public_key = host_key
-            .public
-            .split_whitespace()
-            .take(2)
-            .collect::<Vec<_>>()
-            .join(" ");
-        let files = Files {
-            client_key: dir.path().join("id_ed25519"),
-            encrypted_key: dir.path().join("id_ed25519_encrypted"),
-            unauthorized_key: dir.path().join("id_ed25519_unauthorized"),
-            known_hosts: dir.path().join("known_hosts"),
-        };
-        let keys = system::client_keys()?;
-        keys.plain.write(&files.client_key)?;
-        keys.encrypted.write(&files.encrypted_key)?;
-        keys.unauthorized.write(&files.unauthorized_key)?;
-        let authorized = format!("{}\n{}\n", keys.plain.public, keys.encrypted.public);
-        system::write_file(
-            &keys_dir.join("authorized_keys"),
-            authorized.as_bytes(),
-            0o644,
-        )?;
+        let ContainerKeys {
+            keys_dir,
+            files,
+            host_public_key,
+        } = ContainerKeys::create(dir.path())?;
 
         let mut attempt = 0;
         let (container_id, port, watchdog) = loop {

@@ -162,14 +162,18 @@ pub(crate) fn program_and_args(params: &DropbearParams<'_>) -> (PathBuf, Vec<Str
 /// The environment Dropbear starts with. `-e` passes it on to every session, so the
 /// testbed variables reach the commands (Dropbear then sets `USER`, `HOME`, `SHELL`,
 /// `PATH`, `SSH_*` itself). `SHLVL=1`, like sshd's testbed sessions, keeps Debian's bash
-/// from sourcing `~/.bashrc` for `ssh host command`.
-pub(crate) fn environment(testbed_id: &str) -> Vec<(&'static str, String)> {
-    vec![
+/// from sourcing `~/.bashrc` for `ssh host command` (unless `quiet_bashrc` is off: an
+/// account with [home files](crate::TestbedBuilder::home_file)).
+pub(crate) fn environment(testbed_id: &str, quiet_bashrc: bool) -> Vec<(&'static str, String)> {
+    let mut environment = vec![
         ("PATH", HELPER_PATH.to_owned()),
-        ("SHLVL", "1".to_owned()),
         (TESTBED_ENV_VAR, "1".to_owned()),
         (TESTBED_ID_ENV_VAR, testbed_id.to_owned()),
-    ]
+    ];
+    if quiet_bashrc {
+        environment.push(("SHLVL", "1".to_owned()));
+    }
+    environment
 }
 
 #[cfg(test)]

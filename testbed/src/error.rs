@@ -77,6 +77,16 @@ pub enum TestbedError {
         /// Why.
         reason: String,
     },
+    /// `testcontainers` could not tell something about a running container (its mapped
+    /// port, its host).
+    #[cfg(feature = "testcontainers")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "testcontainers")))]
+    Container {
+        /// What was being done.
+        what: String,
+        /// The underlying error.
+        source: testcontainers::TestcontainersError,
+    },
 }
 
 impl TestbedError {
@@ -150,6 +160,8 @@ impl fmt::Display for TestbedError {
                 "Docker is not available: {reason}; run `bash testbed/docker/prepare.sh` \
                  (installs docker.io, starts dockerd and builds the testbed images)"
             ),
+            #[cfg(feature = "testcontainers")]
+            Self::Container { what, .. } => write!(f, "{what} failed (testcontainers)"),
         }
     }
 }
@@ -158,6 +170,8 @@ impl std::error::Error for TestbedError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::Io { source, .. } => Some(source),
+            #[cfg(feature = "testcontainers")]
+            Self::Container { source, .. } => Some(source),
             _ => None,
         }
     }

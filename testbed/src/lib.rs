@@ -1,4 +1,5 @@
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 //! Starts real OpenSSH `sshd` processes on loopback for integration tests.
 //!
 //! Each [`Testbed`] owns a private temporary directory with a freshly generated host key,
@@ -24,7 +25,11 @@
 //! Dropbear on BusyBox, see [`DockerImage`]), with fault controls for the whole machine:
 //! stop, kill, restart, pause, network disconnect. It needs the `docker` CLI and a
 //! daemon; `testbed/docker/prepare.sh` sets both up and builds the images without a
-//! container registry.
+//! container registry ([`prepare_script`] is its path inside this crate).
+//!
+//! With the feature `testcontainers`, `SshImage` offers the same images as
+//! `testcontainers::Image`s, and `SshConnection` tells a test how to reach a running one
+//! (mapped port, user, key, `known_hosts`).
 //!
 //! Requirements: Linux (`/proc`), the OpenSSH server (`apt-get install -y
 //! openssh-server`) and client (`ssh-keygen`, `ssh`). As root, the harness creates
@@ -44,10 +49,13 @@
 //! ```
 
 mod config;
+#[cfg(feature = "testcontainers")]
+mod containers;
 mod docker;
 mod dropbear;
 mod error;
 mod netns;
+mod prerequisite;
 mod process;
 mod shells;
 mod system;
@@ -64,12 +72,15 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
+#[cfg(feature = "testcontainers")]
+pub use containers::{SshConnection, SshImage};
 pub use docker::{
     CONTAINER_LABEL, DOCKER_CLI_ENV_VAR, DOCKER_USER, DockerImage, DockerTestbed,
-    DockerTestbedBuilder, OWNER_HOST_LABEL, OWNER_PID_LABEL, OWNER_START_LABEL,
+    DockerTestbedBuilder, OWNER_HOST_LABEL, OWNER_PID_LABEL, OWNER_START_LABEL, prepare_script,
 };
 pub use dropbear::{DEFAULT_DROPBEAR_PATH, DROPBEAR_SFTP_SERVER_PATH};
 pub use error::TestbedError;
+pub use prerequisite::skip_unless_ci;
 pub use shells::{LOGIN_SHELL_USER_PREFIX, LoginShell, TESTBED_LIB_DIR};
 
 /// The environment variable sshd sets (to `1`) in every session of a testbed, via
@@ -149,6 +160,7 @@ pub struct TestbedBuilder {
     server: Server,
     sftp: bool,
     login_shell: Option<LoginShell>,
+    home_files: Vec<(PathBuf, Vec<u8>)>,
 }
 
 impl Default for TestbedBuilder {
@@ -166,6 +178,7 @@ impl Default for TestbedBuilder {
             server: Server::OpenSsh,
             sftp: true,
             login_shell: None,
+            home_files: Vec::new(),
         }
     }
 }
@@ -319,6 +332,24 @@ impl TestbedBuilder {
     /// Defaults to no dedicated account (see [`Testbed::user`]).
     pub fn login_shell(mut self, shell: LoginShell) -> Self {
         self.login_shell = Some(shell);
+        self
+    }
+
+    /// Writes `contents` to `path` (relative to the home directory) in the
+    /// [login shell](Self::login_shell) account's home, after its start-up files have been
+    /// emptied: a `.bashrc` that sleeps before its interactive guard, say. The account is
+    /// then one of its own, [`LoginShell::account_name`] followed by `-` and 8 hex digits (a
+    /// hash of the files), so that testbeds with other files, or none, never share it.
+    /// May be called more than once. Sessions then also miss the `SHLVL=1` the testbed
+    /// otherwise gives them, so that Debian's bash reads `~/.bashrc` for commands over SSH as
+    /// it does on a real server.
+    ///
+    /// Without a login shell, or with a path that is absolute or contains `..`,
+    /// [`start`](Self::start) fails with [`TestbedError::Unsupported`].
+    ///
+    /// Defaults to no files.
+    pub fn home_file(mut self, path: impl Into<PathBuf>, contents: impl Into<Vec<u8>>) -> Self {
+        self.home_files.push((path.into(), contents.into()));
         self
     }
 
@@ -848,10 +879,28 @@ impl Testbed {
         }
         let keys = system::client_keys()?;
         let authorized_keys = [keys.plain.public.clone(), keys.encrypted.public.clone()];
+        if !settings.home_files.is_empty() {
+            if settings.login_shell.is_none() {
+                return Err(TestbedError::Unsupported {
+                    what: "home files (home_file) without a login shell account".to_owned(),
+                });
+            }
+            if let Some((path, _)) = settings.home_files.iter().find(|(path, _)| {
+                path.is_absolute()
+                    || path
+                        .components()
+                        .any(|c| matches!(c, std::path::Component::ParentDir))
+            }) {
+                return Err(TestbedError::Unsupported {
+                    what: format!("the home file {} (outside the home)", path.display()),
+                });
+            }
+        }
         let (user, root_login, login_shell_path) = if let Some(shell) = &settings.login_shell {
             let path = shell.resolve()?;
-            let name = shell.account_name();
-            let user_uid = shells::ensure_login_account(&name, &path, &authorized_keys)?;
+            let name = shells::account_with_files(shell, &settings.home_files);
+            let user_uid =
+                shells::ensure_login_account(&name, &path, &authorized_keys, &settings.home_files)?;
             (name, user_uid == 0, Some(path))
         } else if settings.unprivileged || dropbear {
             if uid != 0 {
@@ -993,6 +1042,7 @@ impl Testbed {
             max_startups: &self.settings.max_startups,
             user: &self.user,
             testbed_id: &self.id,
+            quiet_bashrc: self.settings.home_files.is_empty(),
             sftp: self.settings.sftp,
             client_alive: self.settings.client_alive,
             extra_lines: &self.settings.extra_lines,
@@ -1073,7 +1123,10 @@ impl Testbed {
         command.args(&args);
         let stderr = if self.server() == Server::Dropbear {
             // Dropbear logs to its standard error (-E): straight into the log file.
-            command.env_clear().envs(dropbear::environment(&self.id));
+            command.env_clear().envs(dropbear::environment(
+                &self.id,
+                self.settings.home_files.is_empty(),
+            ));
             fs::OpenOptions::new()
                 .create(true)
                 .append(true)

@@ -380,7 +380,7 @@ mod tests {
     #[test]
     fn networks_get_distinct_slots_and_clean_up_on_drop() {
         if !is_root() {
-            eprintln!("skipping: network namespaces need root");
+            crate::skip_unless_ci("network namespaces need root", "run the tests as root");
             return;
         }
         let a = Network::create().unwrap();
@@ -397,7 +397,7 @@ mod tests {
     #[test]
     fn the_watchdog_removes_the_namespace_when_the_process_is_gone() {
         if !is_root() {
-            eprintln!("skipping: network namespaces need root");
+            crate::skip_unless_ci("network namespaces need root", "run the tests as root");
             return;
         }
         let mut network = Network::create().unwrap();

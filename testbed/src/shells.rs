@@ -169,6 +169,23 @@ impl LoginShell {
     }
 }
 
+/// The account for `shell` with `files` in its home (see
+/// [`TestbedBuilder::home_file`](crate::TestbedBuilder::home_file)): the shell's own account
+/// without files, else `<account>-<hash of the files>`.
+pub(crate) fn account_with_files(shell: &LoginShell, files: &[(PathBuf, Vec<u8>)]) -> String {
+    if files.is_empty() {
+        return shell.account_name();
+    }
+    let mut bytes = Vec::new();
+    for (path, contents) in files {
+        bytes.extend_from_slice(path.as_os_str().as_encoded_bytes());
+        bytes.push(0);
+        bytes.extend_from_slice(&(contents.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(contents);
+    }
+    format!("{}-{:08x}", shell.account_name(), fnv1a(&bytes))
+}
+
 /// 32-bit FNV-1a, for stable account names of custom shells.
 fn fnv1a(bytes: &[u8]) -> u32 {
     let mut hash: u32 = 0x811c_9dc5;
@@ -332,6 +349,7 @@ pub(crate) fn ensure_login_account(
     name: &str,
     shell: &Path,
     keys: &[String],
+    files: &[(PathBuf, Vec<u8>)],
 ) -> Result<u32, TestbedError> {
     let mut ready = READY.lock().unwrap_or_else(PoisonError::into_inner);
     if ready.contains(name)
@@ -389,7 +407,8 @@ pub(crate) fn ensure_login_account(
             std::io::Error::other("the account is not in /etc/passwd after useradd/usermod"),
         )
     })?;
-    prepare_home(name, &entry.home, true)?;
+    prepare_home(name, &entry.home, Some(files))?;
+    write_home_files(name, &entry.home, files)?;
     install_keys(name, &entry.home, keys)?;
     ready.insert(name.to_owned());
     Ok(entry.uid)
@@ -411,22 +430,30 @@ pub(crate) fn ensure_home_keys(name: &str, keys: &[String]) -> Result<(), Testbe
         )
     })?;
     let _lock = AccountsLock::acquire()?;
-    prepare_home(name, &entry.home, false)?;
+    prepare_home(name, &entry.home, None)?;
     install_keys(name, &entry.home, keys)?;
     ready.insert(marker);
     Ok(())
 }
 
 /// Creates the home directory (0755) and `~/.ssh` (0700), owned by the account; with
-/// `rc_files`, also creates/empties the shells' start-up files.
-fn prepare_home(name: &str, home: &Path, rc_files: bool) -> Result<(), TestbedError> {
+/// `rc_files`, also creates/empties the shells' start-up files, except those among the
+/// account's own files (written next, see [`write_home_files`]).
+fn prepare_home(
+    name: &str,
+    home: &Path,
+    rc_files: Option<&[(PathBuf, Vec<u8>)]>,
+) -> Result<(), TestbedError> {
     let ssh_dir = home.join(".ssh");
     fs::create_dir_all(&ssh_dir)
         .map_err(|e| TestbedError::io(format!("creating {}", ssh_dir.display()), e))?;
     let mut owned = vec![home.to_owned(), ssh_dir.clone()];
-    if rc_files {
+    if let Some(own_files) = rc_files {
         system::chmod(home, 0o755)?;
-        for rc in RC_FILES {
+        for rc in RC_FILES
+            .iter()
+            .filter(|rc| !own_files.iter().any(|(path, _)| path == Path::new(rc)))
+        {
             let path = home.join(rc);
             if let Some(parent) = path.parent()
                 && parent != home
@@ -449,6 +476,29 @@ fn prepare_home(name: &str, home: &Path, rc_files: bool) -> Result<(), TestbedEr
         }
     }
     system::chmod(&ssh_dir, 0o700)?;
+    chown_all(&owned, name)
+}
+
+/// Writes `files` (paths relative to `home`) with mode 0644, owned by the account, creating
+/// their directories. Call with the lock held, after [`prepare_home`] (which empties the
+/// start-up files).
+fn write_home_files(
+    name: &str,
+    home: &Path,
+    files: &[(PathBuf, Vec<u8>)],
+) -> Result<(), TestbedError> {
+    let mut owned = Vec::new();
+    for (relative, contents) in files {
+        let path = home.join(relative);
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent)
+                .map_err(|e| TestbedError::io(format!("creating {}", parent.display()), e))?;
+        }
+        if fs::read(&path).ok().as_deref() != Some(contents.as_slice()) {
+            system::write_file(&path, contents, 0o644)?;
+        }
+        owned.push(path);
+    }
     chown_all(&owned, name)
 }
 

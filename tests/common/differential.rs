@@ -171,6 +171,47 @@ pub fn cases(dir: &Path) -> Vec<(&'static str, Command, Compare)> {
             Exact,
         ),
         (
+            "current_dir through a symbolic link",
+            Command::shell("pwd; echo \"$PWD\"; sh -c 'echo \"$PWD\"'").with_current_dir("linked"),
+            Exact,
+        ),
+        (
+            "absolute current_dir through a symbolic link",
+            Command::shell("pwd; echo \"$PWD\"").with_current_dir(dir.join("linked")),
+            Exact,
+        ),
+        (
+            "dot-dot after a symbolic link",
+            Command::shell("pwd").with_current_dir("linked/.."),
+            Exact,
+        ),
+        (
+            "script in a directory through a symbolic link",
+            Command::shell("#!/bin/sh\npwd; echo \"$PWD\"").with_current_dir("linked"),
+            Exact,
+        ),
+        (
+            "the shell leads its process group",
+            Command::shell(LEADS_ITS_GROUP),
+            Exact,
+        ),
+        (
+            "a script leads its process group",
+            Command::shell(format!("#!/bin/sh\n{LEADS_ITS_GROUP}")),
+            Exact,
+        ),
+        (
+            "a bash script leads its process group",
+            Command::shell(format!("#!/bin/bash\n{LEADS_ITS_GROUP}")),
+            Exact,
+        ),
+        (
+            "trap kills its own group on exit",
+            Command::shell("trap 'kill -- -$$' EXIT; sleep 5 & echo started")
+                .with_timeout(Duration::from_secs(4)),
+            Exact,
+        ),
+        (
             "missing current_dir",
             Command::shell("pwd").with_current_dir("missing-dir"),
             VariantOnly,
@@ -258,8 +299,19 @@ pub fn cases(dir: &Path) -> Vec<(&'static str, Command, Compare)> {
     ]
 }
 
+/// Prints `leader` when the shell's `$$` is its process group's id, as when LocalExecutor
+/// starts it.
+/// (The fifth field of `/proc/<pid>/stat` is the group; `ps -p` is missing from BusyBox.)
+pub const LEADS_ITS_GROUP: &str = "read -r _ _ _ _ g _ </proc/$$/stat; \
+     [ \"$$\" = \"$g\" ] && echo leader || echo \"not the leader: $$ in $g\"";
+
 pub fn seed(dir: &Path) {
-    std::fs::create_dir_all(dir.join("nested")).unwrap();
+    std::fs::create_dir_all(dir.join("nested/deeper")).unwrap();
+    // `linked` -> `nested/deeper`: its `..` is `nested` physically, the seed dir logically.
+    let link = dir.join("linked");
+    if std::fs::symlink_metadata(&link).is_err() {
+        std::os::unix::fs::symlink("nested/deeper", &link).unwrap();
+    }
     std::fs::write(dir.join("seed.txt"), "seed content\n").unwrap();
     std::fs::write(dir.join("bytes.bin"), b"ok\xff\xfe").unwrap();
 }

@@ -21,5 +21,19 @@ if [ ! -s /home/tester/.ssh/authorized_keys ]; then
 fi
 
 echo "testbed: host key $(dropbearkey -y -f "$key" | grep '^ssh-' | cut -d' ' -f1,2)" >&2
+# Dropbear logs nothing once it listens, so a background watcher reports it: the line below
+# appears when the kernel lists a listening TCP socket on port 22 (hex 0016) in
+# /proc/net/tcp. It is the readiness signal of the testcontainers `Image` (SshImage).
+(
+    i=0
+    while [ "$i" -lt 600 ]; do
+        if grep -Eq '^ *[0-9]+: [0-9A-F]{8}:0016 [0-9A-F]{8}:0000 0A ' /proc/net/tcp; then
+            echo "testbed: listening on port 22" >&2
+            exit 0
+        fi
+        usleep 50000
+        i=$((i + 1))
+    done
+) &
 # -F foreground, -E log to stderr, -s no password logins, -w no root logins.
 exec /usr/sbin/dropbear -F -E -s -w -p 22 -r "$key" "$@"
