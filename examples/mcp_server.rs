@@ -5,7 +5,7 @@
 //!
 //! It starts a throwaway local sshd (the native testbed; needs `openssh-server`). To serve a
 //! real host to an MCP client instead, run the binary:
-//! `cargo run --ignore-rust-version --features mcp --bin swiftide-ssh-mcp -- --help`.
+//! `cargo run --ignore-rust-version -p swiftide-ssh-mcp -- --help` (crate `mcp/`).
 
 use rmcp::{ServiceExt, model::CallToolRequestParams};
 use serde_json::json;

@@ -46,6 +46,30 @@
 //! How one command travels from `exec_cmd` to the remote process group and back, the kill
 //! path, the pool, the file layer and every difference from `LocalExecutor` are described in
 //! `docs/ARCHITECTURE.md`; the measured guarantees in `docs/RELIABILITY.md`.
+//!
+//! # Cargo features
+//!
+//! All off by default; without them none of the adapters' dependencies are built.
+//!
+//! * **`agent-sdk`**: `adapters::agent_sdk`, an agent-sdk `Environment` over SSH.
+//! * **`bamboo`**: `adapters::bamboo`, a bamboo `ToolExecutor` with bamboo's built-in file
+//!   and shell tools over SSH.
+//! * **`mcp`**: `adapters::mcp`, an MCP server exposing the executor's commands and files
+//!   (for embedding; the `swiftide-ssh-mcp` crate is the ready-made binary).
+//!
+//! # Stability
+//!
+//! The crate follows [Semantic Versioning](https://semver.org); before 1.0, a breaking change
+//! bumps the minor version (0.1 → 0.2). Covered: every documented public item. Structs and
+//! enums marked `#[non_exhaustive]` may gain fields and variants in a minor release (build
+//! them with their constructors or builders, match them with a wildcard arm). Not covered:
+//! items hidden from the documentation (`#[doc(hidden)]`, which exist for the crate's own
+//! benchmarks), the exact text of the remote command lines the crate sends (wrappers,
+//! bootstraps, markers), log messages and their fields, and the wording of error messages
+//! (match on the [`Error`] variants and their fields instead). The minimum supported Rust
+//! version (`rust-version`, currently 1.95) is the oldest toolchain CI tests; raising it is
+//! a minor release, noted in the changelog.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations, rust_2018_idioms, unreachable_pub)]
@@ -78,5 +102,7 @@ pub use fleet::{
 };
 pub use pool::PoolStats;
 
+// For the crate's own benchmarks (examples/bench); hidden, so not covered by semver (see
+// "Stability" above).
 #[doc(hidden)]
 pub use command::exec_request_for_benchmarks;

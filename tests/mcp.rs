@@ -1,28 +1,26 @@
-//! The MCP server (`--features mcp`) against a real sshd: rmcp's own client in-process (every
-//! tool, progress, cancellation, errors, the root), the built `swiftide-ssh-mcp` binary over
-//! stdio with rmcp's child-process transport, and the Python `mcp` SDK as an independent
-//! client.
+//! The MCP server (`--features mcp`) against a real sshd, with rmcp's own client in-process:
+//! every tool, progress, cancellation, errors, the root. The `swiftide-ssh-mcp` binary over
+//! stdio (rmcp's child-process transport and the Python `mcp` SDK) is tested in its own crate,
+//! mcp/tests/stdio.rs.
 
 mod common;
+#[path = "common/mcp_client.rs"]
+mod mcp_client;
 
 use std::{
     net::TcpListener,
     path::{Path, PathBuf},
-    process::Stdio,
-    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
 use rmcp::{
-    ClientHandler, RoleClient, ServiceExt,
+    ServiceExt,
     model::{
-        CallToolRequestParams, CallToolResult, CancelledNotificationParam, ClientRequest,
-        ProgressNotificationParam, Request, ServerResult,
+        CallToolRequestParams, CancelledNotificationParam, ClientRequest, Request, ServerResult,
     },
-    service::{NotificationContext, PeerRequestOptions, RunningService, ServiceError},
-    transport::TokioChildProcess,
+    service::{PeerRequestOptions, ServiceError},
 };
-use serde_json::{Value, json};
+use serde_json::json;
 use swiftide_ssh_executor::{
     SshExecutor,
     adapters::mcp::{ServerOptions, SshMcpServer},
@@ -30,24 +28,7 @@ use swiftide_ssh_executor::{
 use swiftide_ssh_testbed::Testbed;
 
 use common::{builder, remote_processes, testbed, token, wait_until_gone};
-
-/// Records progress notifications.
-#[derive(Clone, Default)]
-struct Recorder {
-    progress: Arc<Mutex<Vec<ProgressNotificationParam>>>,
-}
-
-impl ClientHandler for Recorder {
-    async fn on_progress(
-        &self,
-        params: ProgressNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        self.progress.lock().unwrap().push(params);
-    }
-}
-
-type Client = RunningService<RoleClient, Recorder>;
+use mcp_client::{Client, Recorder, args, call, is_error, text};
 
 /// Serves `server` over an in-process duplex pipe and connects rmcp's client to it.
 async fn connect(server: SshMcpServer) -> Client {
@@ -60,33 +41,6 @@ async fn connect(server: SshMcpServer) -> Client {
         .serve(client_side)
         .await
         .expect("client handshake")
-}
-
-fn args(value: Value) -> serde_json::Map<String, Value> {
-    match value {
-        Value::Object(map) => map,
-        other => panic!("arguments must be an object: {other}"),
-    }
-}
-
-async fn call(client: &Client, tool: &'static str, arguments: Value) -> CallToolResult {
-    client
-        .call_tool(CallToolRequestParams::new(tool).with_arguments(args(arguments)))
-        .await
-        .unwrap_or_else(|e| panic!("{tool}: {e}"))
-}
-
-fn text(result: &CallToolResult) -> String {
-    result
-        .content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-        .collect::<Vec<_>>()
-        .join("")
-}
-
-fn is_error(result: &CallToolResult) -> bool {
-    result.is_error == Some(true)
 }
 
 /// A server on `tb` confined to a fresh directory under the testbed's scratch directory,
@@ -420,227 +374,4 @@ async fn a_dead_host_is_a_clear_tool_error() {
     }
     assert_eq!(client.list_all_tools().await.unwrap().len(), 7);
     client.cancel().await.unwrap();
-}
-
-/// The flags that point `swiftide-ssh-mcp` at `tb`.
-fn binary_args(tb: &Testbed, root: &Path) -> Vec<String> {
-    vec![
-        "--host".into(),
-        tb.host(),
-        "--port".into(),
-        tb.port().to_string(),
-        "--user".into(),
-        tb.user().to_owned(),
-        "--identity".into(),
-        tb.private_key_path().display().to_string(),
-        "--known-hosts".into(),
-        tb.known_hosts_path().display().to_string(),
-        "--root".into(),
-        root.display().to_string(),
-    ]
-}
-
-#[tokio::test]
-async fn the_binary_serves_rmcp_over_stdio() {
-    let tb = testbed();
-    let dir = tempfile::tempdir_in(tb.scratch_dir()).unwrap();
-    let root = std::fs::canonicalize(dir.path()).unwrap();
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_swiftide-ssh-mcp"));
-    command
-        .args(binary_args(&tb, &root))
-        .stderr(Stdio::inherit());
-    let started = Instant::now();
-    let client = Recorder::default()
-        .serve(TokioChildProcess::new(command).unwrap())
-        .await
-        .expect("handshake with the binary");
-    assert_eq!(
-        client
-            .peer_info()
-            .unwrap()
-            .server_info
-            .as_ref()
-            .unwrap()
-            .name,
-        "swiftide-ssh-mcp"
-    );
-    assert_eq!(client.list_all_tools().await.unwrap().len(), 7);
-    let wrote = call(
-        &client,
-        "write_file",
-        json!({"path": "f.txt", "content": "abc"}),
-    )
-    .await;
-    assert!(!is_error(&wrote), "{wrote:?}");
-    let ran = call(&client, "run_command", json!({"command": "cat f.txt"})).await;
-    assert_eq!(text(&ran), "abc\n[exit code 0]");
-    let outside = call(&client, "read_file", json!({"path": "/etc/passwd"})).await;
-    assert!(is_error(&outside) && text(&outside).contains("outside the root"));
-    eprintln!("binary over stdio: {:.2?}", started.elapsed());
-
-    // Dropping the call future sends notifications/cancelled; the group dies.
-    let t = token();
-    let pattern = format!("sleep 300.{t}");
-    let call_future = client.call_tool(
-        CallToolRequestParams::new("run_command")
-            .with_arguments(args(json!({"command": format!("{pattern}; true")}))),
-    );
-    let outcome = tokio::time::timeout(Duration::from_millis(1500), call_future).await;
-    assert!(outcome.is_err(), "the command should still be running");
-    assert_eq!(remote_processes(&format!("^{pattern}")).len(), 1);
-    let left = wait_until_gone(&pattern, Duration::from_secs(5)).await;
-    assert!(left.is_empty(), "survivors after cancellation: {left:?}");
-
-    // Closing the client ends the server process, and a command still running with it.
-    let pattern = format!("sleep 301.{t}");
-    let call_future = client.call_tool(
-        CallToolRequestParams::new("run_command")
-            .with_arguments(args(json!({"command": format!("{pattern}; true")}))),
-    );
-    let _ = tokio::time::timeout(Duration::from_millis(1500), call_future).await;
-    client.cancel().await.unwrap();
-    let left = wait_until_gone(&pattern, Duration::from_secs(5)).await;
-    assert!(left.is_empty(), "survivors after the client left: {left:?}");
-}
-
-const PYTHON_CLIENT: &str = r#"
-import asyncio, json, sys
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
-
-def flag(result, snake, camel):
-    return getattr(result, snake, None) if hasattr(result, snake) else getattr(result, camel, None)
-
-def text(result):
-    return "".join(c.text for c in result.content if getattr(c, "type", "") == "text")
-
-async def main():
-    params = StdioServerParameters(command=sys.argv[1], args=sys.argv[2:])
-    async with stdio_client(params) as (read, write):
-        async with ClientSession(read, write) as session:
-            init = await session.initialize()
-            out = {"server": init.server_info.name if hasattr(init, "server_info") else init.serverInfo.name}
-            tools = await session.list_tools()
-            out["tools"] = sorted(t.name for t in tools.tools)
-            progress = []
-            async def on_progress(value, total, message):
-                progress.append(message)
-            r = await session.call_tool("run_command", {"command": "echo one; sleep 0.3; echo two"},
-                                        progress_callback=on_progress)
-            out["run"] = [text(r), flag(r, "is_error", "isError")]
-            out["progress"] = progress
-            r = await session.call_tool("write_file", {"path": "py.txt", "content": "from python\n"})
-            out["write"] = [text(r), flag(r, "is_error", "isError")]
-            r = await session.call_tool("read_file", {"path": "py.txt"})
-            out["read"] = [text(r), flag(r, "is_error", "isError")]
-            r = await session.call_tool("run_command", {"command": "exit 7"})
-            out["fail"] = [text(r), flag(r, "is_error", "isError")]
-            print(json.dumps(out))
-
-asyncio.run(main())
-"#;
-
-/// A venv with the Python `mcp` SDK under `target/`, created once; `Err` says why not.
-fn python_mcp_venv() -> Result<PathBuf, String> {
-    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-python-venv");
-    let python = venv.join("bin/python");
-    let has_mcp = |python: &Path| {
-        std::process::Command::new(python)
-            .args(["-c", "import mcp"])
-            .output()
-            .is_ok_and(|out| out.status.success())
-    };
-    if has_mcp(&python) {
-        return Ok(python);
-    }
-    let run = |program: &Path, arguments: &[&str]| -> Result<(), String> {
-        let out = std::process::Command::new(program)
-            .args(arguments)
-            .output()
-            .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "{} {arguments:?} failed: {}",
-                program.display(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            ))
-        }
-    };
-    let _ = std::fs::remove_dir_all(&venv);
-    let venv_text = venv.to_string_lossy().into_owned();
-    run(Path::new("python3"), &["-m", "venv", &venv_text])?;
-    run(
-        &venv.join("bin/pip"),
-        &["install", "--quiet", "--disable-pip-version-check", "mcp"],
-    )?;
-    if has_mcp(&python) {
-        Ok(python)
-    } else {
-        Err("`import mcp` fails after pip install".to_owned())
-    }
-}
-
-#[tokio::test]
-async fn the_python_mcp_sdk_drives_the_binary() {
-    let setup = Instant::now();
-    let python = match python_mcp_venv() {
-        Ok(python) => python,
-        Err(reason) if std::env::var_os("CI").is_some() => {
-            panic!("cannot set up the Python mcp SDK (CI is set, so this fails): {reason}")
-        }
-        Err(reason) => {
-            eprintln!("SKIPPED the Python MCP client test: {reason}");
-            return;
-        }
-    };
-    let version = std::process::Command::new(&python)
-        .args([
-            "-c",
-            "import importlib.metadata as m; print(m.version('mcp'))",
-        ])
-        .output()
-        .unwrap();
-    eprintln!(
-        "python mcp {} ready in {:.2?}",
-        String::from_utf8_lossy(&version.stdout).trim(),
-        setup.elapsed()
-    );
-    let tb = testbed();
-    let dir = tempfile::tempdir_in(tb.scratch_dir()).unwrap();
-    let root = std::fs::canonicalize(dir.path()).unwrap();
-    let script = dir.path().join("client.py");
-    std::fs::write(&script, PYTHON_CLIENT).unwrap();
-    let started = Instant::now();
-    let out = tokio::process::Command::new(&python)
-        .arg(&script)
-        .arg(env!("CARGO_BIN_EXE_swiftide-ssh-mcp"))
-        .args(binary_args(&tb, &root))
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(60), out)
-        .await
-        .expect("the Python client hung")
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "python client failed: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let result: Value = serde_json::from_str(stdout.lines().last().unwrap())
-        .unwrap_or_else(|e| panic!("{e}: {stdout}"));
-    assert_eq!(result["server"], "swiftide-ssh-mcp");
-    assert_eq!(result["tools"].as_array().unwrap().len(), 7, "{result}");
-    assert_eq!(result["run"], json!(["one\ntwo\n[exit code 0]", false]));
-    assert_eq!(result["progress"], json!(["one\n", "two\n"]));
-    assert_eq!(result["write"][1], false);
-    assert_eq!(result["read"], json!(["from python\n", false]));
-    assert_eq!(result["fail"], json!(["[exit code 7]", true]));
-    assert_eq!(
-        std::fs::read_to_string(root.join("py.txt")).unwrap(),
-        "from python\n"
-    );
-    eprintln!("python client session: {:.2?}", started.elapsed());
 }

@@ -1,6 +1,6 @@
-//! An MCP server over the executor (cargo feature `mcp`): the logic behind the
-//! `swiftide-ssh-mcp` binary, which only parses its arguments with [`Cli::parse`] and calls
-//! [`serve_stdio`].
+//! An MCP server over the executor (cargo feature `mcp`): everything behind the
+//! `swiftide-ssh-mcp` binary (its own crate, which parses the command line, builds the
+//! executor and calls [`serve`]), for embedding the server in a program of your own.
 //!
 //! [`SshMcpServer`] is an [`rmcp`] `ServerHandler` with seven tools: `run_command`,
 //! `read_file`, `write_file`, `list_directory`, `glob`, `grep` and `file_info`.
@@ -11,9 +11,9 @@
 //! * **Cancellation:** a `notifications/cancelled` for a running tool call drops the
 //!   executor's future, which kills the remote process group (SIGTERM, then SIGKILL after the
 //!   grace period). So does the client going away (stdin closed).
-//! * **Root:** with [`Cli::root`] every file tool (and `run_command`'s working directory)
-//!   resolves its path with the server's `realpath` (SFTP) before each access, and refuses a
-//!   path that resolves outside the root. Commands themselves are not confined: a shell
+//! * **Root:** with [`ServerOptions::root`] every file tool (and `run_command`'s working
+//!   directory) resolves its path with the server's `realpath` (SFTP) before each access, and
+//!   refuses a path that resolves outside the root. Commands themselves are not confined: a shell
 //!   command can touch anything the account can.
 //! * **Errors:** arguments that do not match a tool's schema are JSON-RPC `invalid params`
 //!   errors (rmcp's convention); everything else that goes wrong (a nonzero exit, a path
@@ -47,7 +47,7 @@ use tokio::sync::Notify;
 
 use crate::{
     Error, ExecOptions, Execution, ExitStatus, FileMetadata, OutputChunk, SftpStatus, SshExecutor,
-    SshExecutorBuilder, command::quote,
+    command::quote,
 };
 
 /// Files larger than this are refused by `read_file` (an MCP message carries them whole).
@@ -78,7 +78,7 @@ impl ServerOptions {
 }
 
 /// The MCP server: the executor's commands and files as MCP tools. Serve it with rmcp
-/// (`server.serve(transport)`), or over stdio with [`serve_stdio`].
+/// (`server.serve(transport)`), or over stdio with [`serve`].
 #[derive(Debug, Clone)]
 pub struct SshMcpServer {
     executor: SshExecutor,
@@ -89,6 +89,7 @@ pub struct SshMcpServer {
 /// Arguments of `run_command`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct RunCommandArgs {
     /// The shell command, run with `sh -c` on the remote host (a text starting with `#!` runs
     /// as a script with that interpreter). Stdin is empty; there is no terminal.
@@ -105,6 +106,7 @@ pub struct RunCommandArgs {
 /// How file content travels in `read_file` and `write_file`.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum Encoding {
     /// UTF-8 text (the default); `read_file` refuses a file that is not valid UTF-8.
     #[default]
@@ -116,6 +118,7 @@ pub enum Encoding {
 /// Arguments of `read_file`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct ReadFileArgs {
     /// The file: absolute, or relative to the server's working directory.
     pub path: String,
@@ -127,6 +130,7 @@ pub struct ReadFileArgs {
 /// Arguments of `write_file`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct WriteFileArgs {
     /// The file: absolute, or relative to the server's working directory. Missing parent
     /// directories are created; an existing file is replaced atomically, keeping its mode.
@@ -141,6 +145,7 @@ pub struct WriteFileArgs {
 /// Arguments of `list_directory` and `file_info`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct PathArgs {
     /// The path: absolute, or relative to the server's working directory.
     pub path: String,
@@ -149,6 +154,7 @@ pub struct PathArgs {
 /// Arguments of `list_directory`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct ListDirectoryArgs {
     /// The directory: absolute, or relative to the server's working directory. Defaults to
     /// the working directory.
@@ -159,6 +165,7 @@ pub struct ListDirectoryArgs {
 /// Arguments of `glob`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct GlobArgs {
     /// A glob relative to `path`: `*` and `?` stay within one path component, `**` spans
     /// directories, `[abc]` and `[!abc]` are classes (e.g. `src/**/*.rs`).
@@ -174,6 +181,7 @@ pub struct GlobArgs {
 /// Arguments of `grep`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct GrepArgs {
     /// An extended regular expression (POSIX ERE, as `grep -E`), or a literal string with
     /// `fixed_strings`.
@@ -896,29 +904,16 @@ impl ServerHandler for SshMcpServer {
     }
 }
 
-/// Serves `server` on this process's stdin and stdout until the client closes stdin. Tool
-/// calls still running then are cancelled (their remote process groups killed).
+/// Serves `server` on this process's stdin and stdout until the client closes stdin (what the
+/// `swiftide-ssh-mcp` binary runs). Tool calls still running then are cancelled (their remote
+/// process groups killed). A first connection is attempted in the background at once, so
+/// that an executor built with [`build_lazy`](crate::SshExecutorBuilder::build_lazy) reports
+/// a wrong host key or an unreachable host in the log before the first tool call.
 ///
 /// # Errors
 /// When the MCP handshake fails or the transport breaks.
 pub async fn serve(server: SshMcpServer) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let service = server.serve(rmcp::transport::stdio()).await?;
-    service.waiting().await?;
-    Ok(())
-}
-
-/// Builds the executor from `cli` (without connecting) and serves it on stdio; a first
-/// connection is attempted in the background so that a wrong host key or an unreachable
-/// host shows up in the log at once.
-///
-/// # Errors
-/// Invalid settings, or a failing transport (see [`serve`]).
-pub async fn serve_stdio(cli: &Cli) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let executor = cli.builder()?.build_lazy()?;
-    let options = ServerOptions {
-        root: cli.root.clone(),
-    };
-    let warm = executor.clone();
+    let warm = server.executor.clone();
     tokio::spawn(async move {
         match warm.metadata(Path::new("/")).await {
             Ok(_) => tracing::info!(host = %warm.host(), "connected"),
@@ -929,339 +924,14 @@ pub async fn serve_stdio(cli: &Cli) -> Result<(), Box<dyn std::error::Error + Se
             ),
         }
     });
-    serve(SshMcpServer::new(executor, options)).await
-}
-
-/// The command line of `swiftide-ssh-mcp`.
-#[derive(Debug, Clone, Default, PartialEq)]
-#[non_exhaustive]
-pub struct Cli {
-    /// `--host`: the host name or address.
-    pub host: Option<String>,
-    /// `--ssh-config-alias` or the positional argument: a `Host` alias resolved through the
-    /// OpenSSH client configuration.
-    pub alias: Option<String>,
-    /// `--ssh-config`: the configuration file for `alias` (default `~/.ssh/config`).
-    pub ssh_config: Option<PathBuf>,
-    /// `--port`.
-    pub port: Option<u16>,
-    /// `--user`.
-    pub user: Option<String>,
-    /// `--identity` (repeatable): private key files.
-    pub identities: Vec<PathBuf>,
-    /// `--agent`: use the ssh-agent at `$SSH_AUTH_SOCK`.
-    pub agent: bool,
-    /// `--password-env`: the name of an environment variable holding the password.
-    pub password_env: Option<String>,
-    /// `--known-hosts` (repeatable): known_hosts files, checked strictly.
-    pub known_hosts: Vec<PathBuf>,
-    /// `--accept-new-host-keys`: record unknown hosts' keys (refuse changed ones).
-    pub accept_new_host_keys: bool,
-    /// `--insecure-accept-any-host-key`: no host-key verification at all.
-    pub insecure_accept_any_host_key: bool,
-    /// `--workdir`: where commands run and relative paths resolve (default: `root`, else the
-    /// login directory).
-    pub workdir: Option<PathBuf>,
-    /// `--root`: confine the file tools to this directory.
-    pub root: Option<PathBuf>,
-    /// `--timeout`: default command timeout in seconds (`None`: 600; `Some(0)`: none).
-    pub timeout_secs: Option<u64>,
-    /// `--connect-timeout` in seconds.
-    pub connect_timeout_secs: Option<u64>,
-    /// `--max-output-bytes`: output a command's result keeps (head and tail).
-    pub max_output_bytes: Option<usize>,
-    /// `--log-level`: error, warn (default), info, debug or trace; logs go to stderr.
-    pub log_level: Option<String>,
-}
-
-/// What the command line asks for.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Parsed {
-    /// Serve.
-    Run(Box<Cli>),
-    /// `--help`.
-    Help,
-    /// `--version`.
-    Version,
-}
-
-/// The default command timeout.
-pub const DEFAULT_TIMEOUT_SECS: u64 = 600;
-/// The default `--max-output-bytes`.
-pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 1024 * 1024;
-
-/// `--help` text.
-pub const USAGE: &str = "\
-swiftide-ssh-mcp: an MCP server (stdio) that runs commands and file operations on one remote \
-host over pooled SSH connections.
-
-Usage: swiftide-ssh-mcp [OPTIONS] [ALIAS]
-
-Destination (either --host or an ssh_config alias):
-  --host HOST                       host name or address
-  ALIAS, --ssh-config-alias ALIAS   a Host alias from ~/.ssh/config (HostName, User, Port,
-                                    IdentityFile, ProxyJump, known-hosts settings...)
-  --ssh-config FILE                 read ALIAS from FILE instead of ~/.ssh/config
-  --port PORT                       default 22 (or the alias's Port)
-  --user USER                       default $USER (or the alias's User)
-
-Authentication (tried in this order; with none given: the alias's identity files, else
-the ssh-agent):
-  --identity FILE                   private key file (repeatable)
-  --agent                           the ssh-agent at $SSH_AUTH_SOCK
-  --password-env VAR                read the password from environment variable VAR
-
-Host keys (default: strict, ~/.ssh/known_hosts and /etc/ssh/ssh_known_hosts):
-  --known-hosts FILE                known_hosts file to check strictly (repeatable)
-  --accept-new-host-keys            record keys of unknown hosts in the first known_hosts
-                                    file; a changed key is still refused
-  --insecure-accept-any-host-key    DISABLE host-key verification (anyone on the path can
-                                    impersonate the host); throwaway test hosts only
-
-Tools:
-  --workdir DIR                     where commands run and relative paths resolve
-                                    (default: --root, else the login directory)
-  --root DIR                        confine the file tools to DIR (symlinks resolved by the
-                                    server before each access); commands are NOT confined
-  --timeout SECS                    default command timeout (default 600; 0 = none)
-  --max-output-bytes N              output a command result keeps (head and tail; default
-                                    1048576); progress notifications still carry everything
-  --connect-timeout SECS            TCP + handshake + authentication (default 10)
-  --log-level LEVEL                 error, warn (default), info, debug, trace (stderr)
-  -h, --help / -V, --version
-";
-
-impl Cli {
-    /// Parses the arguments after the program name.
-    ///
-    /// # Errors
-    /// A message naming the bad or missing argument.
-    pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, String> {
-        let mut cli = Cli::default();
-        let mut args = args.into_iter();
-        while let Some(arg) = args.next() {
-            let (flag, inline) = match arg.split_once('=') {
-                Some((flag, value)) if flag.starts_with("--") => {
-                    (flag.to_owned(), Some(value.to_owned()))
-                }
-                _ => (arg.clone(), None),
-            };
-            let mut value = |name: &str| -> Result<String, String> {
-                match inline.clone().or_else(|| args.next()) {
-                    Some(value) => Ok(value),
-                    None => Err(format!("{name} needs a value")),
-                }
-            };
-            let number = |name: &str, text: String| -> Result<u64, String> {
-                text.parse()
-                    .map_err(|_| format!("{name} needs a whole number, not `{text}`"))
-            };
-            match flag.as_str() {
-                "-h" | "--help" => return Ok(Parsed::Help),
-                "-V" | "--version" => return Ok(Parsed::Version),
-                "--host" => cli.host = Some(value("--host")?),
-                "--ssh-config-alias" => cli.alias = Some(value("--ssh-config-alias")?),
-                "--ssh-config" => cli.ssh_config = Some(value("--ssh-config")?.into()),
-                "--port" => {
-                    let text = value("--port")?;
-                    cli.port = Some(
-                        text.parse()
-                            .map_err(|_| format!("--port needs a port number, not `{text}`"))?,
-                    );
-                }
-                "--user" => cli.user = Some(value("--user")?),
-                "--identity" | "-i" => cli.identities.push(value("--identity")?.into()),
-                "--agent" => cli.agent = true,
-                "--password-env" => cli.password_env = Some(value("--password-env")?),
-                "--known-hosts" => cli.known_hosts.push(value("--known-hosts")?.into()),
-                "--accept-new-host-keys" => cli.accept_new_host_keys = true,
-                "--insecure-accept-any-host-key" => cli.insecure_accept_any_host_key = true,
-                "--workdir" => cli.workdir = Some(value("--workdir")?.into()),
-                "--root" => cli.root = Some(value("--root")?.into()),
-                "--timeout" => cli.timeout_secs = Some(number("--timeout", value("--timeout")?)?),
-                "--connect-timeout" => {
-                    cli.connect_timeout_secs =
-                        Some(number("--connect-timeout", value("--connect-timeout")?)?);
-                }
-                "--max-output-bytes" => {
-                    let n = number("--max-output-bytes", value("--max-output-bytes")?)?;
-                    cli.max_output_bytes = Some(
-                        usize::try_from(n)
-                            .map_err(|_| "--max-output-bytes is too large".to_owned())?,
-                    );
-                }
-                "--log-level" => cli.log_level = Some(value("--log-level")?),
-                other if other.starts_with('-') => {
-                    return Err(format!("unknown option `{other}` (see --help)"));
-                }
-                _ if cli.alias.is_none() => cli.alias = Some(arg),
-                _ => return Err(format!("unexpected argument `{arg}` (see --help)")),
-            }
-        }
-        match (&cli.host, &cli.alias) {
-            (None, None) => {
-                return Err("no destination: pass --host HOST or an ssh_config alias".to_owned());
-            }
-            (Some(_), Some(_)) => {
-                return Err("pass either --host or an ssh_config alias, not both".to_owned());
-            }
-            _ => {}
-        }
-        if cli.ssh_config.is_some() && cli.alias.is_none() {
-            return Err("--ssh-config needs an alias".to_owned());
-        }
-        let policies = [cli.accept_new_host_keys, cli.insecure_accept_any_host_key];
-        if policies.iter().filter(|&&on| on).count() > 1 {
-            return Err(
-                "--accept-new-host-keys and --insecure-accept-any-host-key exclude each other"
-                    .to_owned(),
-            );
-        }
-        if cli.insecure_accept_any_host_key && !cli.known_hosts.is_empty() {
-            return Err(
-                "--insecure-accept-any-host-key ignores --known-hosts; pass only one".to_owned(),
-            );
-        }
-        Ok(Parsed::Run(Box::new(cli)))
-    }
-
-    /// The executor builder these settings describe.
-    ///
-    /// # Errors
-    /// An unreadable or unsupported ssh_config, or a `--password-env` variable that is not
-    /// set.
-    pub fn builder(&self) -> crate::Result<SshExecutorBuilder> {
-        let mut builder = match (&self.alias, &self.ssh_config) {
-            (Some(alias), Some(file)) => SshExecutor::from_ssh_config_file(file, alias)?,
-            (Some(alias), None) => SshExecutor::from_ssh_config(alias)?,
-            (None, _) => SshExecutor::builder().host(self.host.clone().unwrap_or_default()),
-        };
-        if let Some(port) = self.port {
-            builder = builder.port(port);
-        }
-        if let Some(user) = &self.user {
-            builder = builder.user(user.clone());
-        }
-        for identity in &self.identities {
-            builder = builder.private_key_file(identity.clone());
-        }
-        if self.agent {
-            builder = builder.agent();
-        }
-        if let Some(name) = &self.password_env {
-            let password = std::env::var(name).map_err(|_| Error::Config {
-                reason: format!("--password-env {name}: the variable is not set"),
-            })?;
-            builder = builder.password(password);
-        }
-        if self.insecure_accept_any_host_key {
-            tracing::warn!(
-                "--insecure-accept-any-host-key: host keys are NOT verified; anyone on the \
-                 network path can impersonate the host"
-            );
-            builder = builder.insecure_accept_any_host_key();
-        } else if self.accept_new_host_keys {
-            let file = self
-                .known_hosts
-                .first()
-                .cloned()
-                .unwrap_or_else(|| PathBuf::from("~/.ssh/known_hosts"));
-            builder = builder.accept_new_host_keys(file);
-        } else if !self.known_hosts.is_empty() {
-            builder = builder.host_key_policy(crate::HostKeyPolicy::Strict {
-                known_hosts: self.known_hosts.clone(),
-            });
-        }
-        if let Some(workdir) = self.workdir.as_ref().or(self.root.as_ref()) {
-            builder = builder.workdir(workdir.clone());
-        }
-        let timeout = self.timeout_secs.unwrap_or(DEFAULT_TIMEOUT_SECS);
-        builder = builder.default_timeout((timeout > 0).then(|| Duration::from_secs(timeout)));
-        if let Some(secs) = self.connect_timeout_secs {
-            builder = builder.connect_timeout(Duration::from_secs(secs));
-        }
-        builder = builder.max_output_bytes(Some(
-            self.max_output_bytes.unwrap_or(DEFAULT_MAX_OUTPUT_BYTES),
-        ));
-        Ok(builder)
-    }
-}
-
-/// Sends `tracing` output to stderr (stdout carries the protocol) at `level` (`error`,
-/// `warn`, `info`, `debug`, `trace`; default `warn`).
-///
-/// # Errors
-/// An unknown level name.
-pub fn init_logging(level: Option<&str>) -> Result<(), String> {
-    let level = match level.unwrap_or("warn") {
-        "error" => tracing::Level::ERROR,
-        "warn" => tracing::Level::WARN,
-        "info" => tracing::Level::INFO,
-        "debug" => tracing::Level::DEBUG,
-        "trace" => tracing::Level::TRACE,
-        other => return Err(format!("unknown log level `{other}`")),
-    };
-    // A second call (tests) keeps the first subscriber.
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .with_max_level(level)
-        .try_init();
+    let service = server.serve(rmcp::transport::stdio()).await?;
+    service.waiting().await?;
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn parse(args: &[&str]) -> Result<Parsed, String> {
-        Cli::parse(args.iter().map(|s| (*s).to_owned()))
-    }
-
-    #[test]
-    fn flags_and_alias_parse() {
-        let Ok(Parsed::Run(cli)) = parse(&[
-            "--host=example",
-            "--port",
-            "2222",
-            "--identity",
-            "/k",
-            "--known-hosts",
-            "/kh",
-            "--root",
-            "/srv",
-        ]) else {
-            panic!("did not parse");
-        };
-        assert_eq!(cli.host.as_deref(), Some("example"));
-        assert_eq!(cli.port, Some(2222));
-        assert_eq!(cli.identities, vec![PathBuf::from("/k")]);
-        assert_eq!(cli.root, Some(PathBuf::from("/srv")));
-        let Ok(Parsed::Run(cli)) = parse(&["build-1"]) else {
-            panic!("alias did not parse");
-        };
-        assert_eq!(cli.alias.as_deref(), Some("build-1"));
-    }
-
-    #[test]
-    fn bad_command_lines_are_refused() {
-        assert!(parse(&[]).is_err());
-        assert!(parse(&["--host", "a", "alias"]).is_err());
-        assert!(parse(&["--host", "a", "--port", "x"]).is_err());
-        assert!(parse(&["--host", "a", "--frobnicate"]).is_err());
-        assert!(parse(&["--host"]).is_err());
-        assert!(
-            parse(&[
-                "--host",
-                "a",
-                "--insecure-accept-any-host-key",
-                "--known-hosts",
-                "k"
-            ])
-            .is_err()
-        );
-        assert_eq!(parse(&["--help"]), Ok(Parsed::Help));
-    }
 
     #[test]
     fn utf8_sequences_survive_chunk_boundaries() {

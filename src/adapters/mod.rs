@@ -3,10 +3,13 @@
 //! server for any MCP client. See the README for what each one maps.
 
 #[cfg(feature = "agent-sdk")]
+#[cfg_attr(docsrs, doc(cfg(feature = "agent-sdk")))]
 pub mod agent_sdk;
 #[cfg(feature = "bamboo")]
+#[cfg_attr(docsrs, doc(cfg(feature = "bamboo")))]
 pub mod bamboo;
 #[cfg(feature = "mcp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
 pub mod mcp;
 #[cfg(any(feature = "agent-sdk", feature = "bamboo"))]
 mod search;

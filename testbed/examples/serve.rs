@@ -6,7 +6,7 @@
 //! ```
 //!
 //! Prints the testbed's directory, a ready-to-use `ssh` command line and the matching
-//! `swiftide-ssh-mcp` flags (the MCP server of the main crate's `mcp` feature), then waits
+//! `swiftide-ssh-mcp` flags (the MCP server, crate `mcp/` of the workspace), then waits
 //! `TESTBED_SECS` seconds (default 600) or until interrupted.
 
 use std::time::Duration;

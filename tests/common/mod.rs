@@ -2,8 +2,11 @@
 #![allow(dead_code)]
 
 pub mod differential;
+mod processes;
 
-use std::time::{Duration, Instant};
+// Not every test binary uses all three.
+#[allow(unused_imports)]
+pub use processes::{remote_processes, token, wait_until_gone};
 
 use swiftide_ssh_executor::{Execution, SshExecutor, SshExecutorBuilder};
 use swiftide_ssh_testbed::Testbed;
@@ -53,42 +56,6 @@ pub async fn echo_concurrently(ex: &SshExecutor, n: usize, before: &str) -> Vec<
         runs.push(run);
     }
     runs
-}
-
-/// A token unique to this process and call, used to find remote processes by command line.
-pub fn token() -> String {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static NEXT: AtomicU32 = AtomicU32::new(1);
-    format!(
-        "{}{:04}",
-        std::process::id() % 100_000,
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-/// Processes on the server (this machine) whose command line contains `pattern`.
-pub fn remote_processes(pattern: &str) -> Vec<String> {
-    let out = std::process::Command::new("pgrep")
-        .args(["-a", "-f", pattern])
-        .output()
-        .expect("pgrep");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|line| !line.contains("pgrep"))
-        .map(str::to_owned)
-        .collect()
-}
-
-/// Waits up to `limit` for no process matching `pattern` to remain.
-pub async fn wait_until_gone(pattern: &str, limit: Duration) -> Vec<String> {
-    let deadline = Instant::now() + limit;
-    loop {
-        let left = remote_processes(pattern);
-        if left.is_empty() || Instant::now() >= deadline {
-            return left;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// Runs `ssh-keygen` with `args`, failing the test with its output if it fails.
