@@ -50,7 +50,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 // Each module imports only from the modules before it on this line (`.ci/check-layers.py`):
-// Layers, bottom up: error < config < ssh < pool < command < executor < files < builder < fleet < swiftide < adapters
+// Layers, bottom up: error < config < ssh < pool < command < executor < files < jobs < builder < fleet < swiftide < adapters
 pub mod adapters;
 mod builder;
 mod command;
@@ -59,6 +59,7 @@ mod error;
 mod executor;
 mod files;
 mod fleet;
+mod jobs;
 mod pool;
 mod ssh;
 mod swiftide;
@@ -72,6 +73,10 @@ pub use error::{Error, Phase, Result, SftpStatus};
 pub use executor::{ExecOptions, SshExecutor};
 pub use files::{DirEntry, FileMetadata, FileType};
 pub use fleet::{Fleet, FleetEvent, FleetReport, FleetSummary, HostResult};
+pub use jobs::{
+    DEFAULT_SPOOL_CAP, Job, JobCursor, JobDrop, JobDropReason, JobEndCause, JobInfo, JobOptions,
+    JobOutput, JobStatus, JobStream,
+};
 pub use pool::PoolStats;
 
 #[doc(hidden)]
