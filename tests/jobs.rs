@@ -580,3 +580,127 @@ async fn dropbear_with_sftp() {
 async fn dropbear_without_sftp() {
     dropbear_row(false).await;
 }
+
+/// A job printing `0..n` a tenth of a second apart, then exiting with 5.
+fn ticker(n: u32) -> (String, Vec<u8>) {
+    let command = format!("i=0; while [ $i -lt {n} ]; do echo $i; i=$((i+1)); sleep 0.1; done; exit 5");
+    let expected: String = (0..n).map(|i| format!("{i}\n")).collect();
+    (command, expected.into_bytes())
+}
+
+#[tokio::test]
+async fn a_job_survives_two_sshd_restarts() {
+    let mut tb = testbed();
+    let ex = executor(&tb).await;
+    let (command, expected) = ticker(30);
+    let id = format!("restart-{}", token());
+    ex.spawn_job(&command, JobOptions::new().id(&id)).await.unwrap();
+    // The listener and every session process below it are killed, twice.
+    tb.restart().unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    tb.restart().unwrap();
+    let job = ex.job(&id).await.unwrap();
+    assert!(matches!(job.status().await.unwrap(), JobStatus::Running { .. }));
+    assert_eq!(
+        job.wait(Duration::from_secs(20)).await.unwrap(),
+        JobStatus::Exited(ExitStatus::Code(5))
+    );
+    assert_eq!(read_all(&job, JobStream::Stdout, 64).await, expected);
+}
+
+#[tokio::test]
+async fn a_frozen_server_does_not_stop_the_job() {
+    let tb = testbed();
+    let ex = executor(&tb).await;
+    let (command, expected) = ticker(20);
+    let job = ex.spawn_job(&command, JobOptions::new()).await.unwrap();
+    tb.freeze().unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    tb.thaw().unwrap();
+    assert_eq!(
+        job.wait(Duration::from_secs(20)).await.unwrap(),
+        JobStatus::Exited(ExitStatus::Code(5))
+    );
+    assert_eq!(read_all(&job, JobStream::Stdout, 1 << 20).await, expected);
+}
+
+/// Returns from the test (after printing why) when Docker cannot be used, unless `CI` is
+/// set, in which case the test fails (the convention of `tests/docker.rs`).
+macro_rules! require_docker {
+    () => {
+        if let Err(reason) = swiftide_ssh_testbed::DockerTestbed::available() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "Docker is required when CI is set: {reason}"
+            );
+            eprintln!("skipping: {reason}");
+            return;
+        }
+    };
+}
+
+async fn docker_start(image: swiftide_ssh_testbed::DockerImage) -> swiftide_ssh_testbed::DockerTestbed {
+    tokio::task::spawn_blocking(move || {
+        swiftide_ssh_testbed::DockerTestbed::builder().image(image).start()
+    })
+    .await
+    .unwrap()
+    .unwrap_or_else(|e| panic!("cannot start the Docker testbed: {e}"))
+}
+
+fn docker_builder(tb: &swiftide_ssh_testbed::DockerTestbed) -> swiftide_ssh_executor::SshExecutorBuilder {
+    SshExecutor::builder()
+        .host(tb.host())
+        .port(tb.port())
+        .user(tb.user())
+        .private_key_file(tb.private_key_path())
+        .known_hosts_file(tb.known_hosts_path())
+}
+
+/// In a container: the life of a job, a kill, then a job that lives through a network
+/// disconnect and a paused container, reattached from a new executor.
+async fn docker_row(image: swiftide_ssh_testbed::DockerImage) {
+    let mut tb = docker_start(image).await;
+    let ex = docker_builder(&tb).build().await.unwrap();
+    life_of_a_job(&ex).await;
+    let job = ex
+        .spawn_job("(sleep 300 &); sleep 300", JobOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        job.kill(Duration::from_secs(1)).await.unwrap(),
+        JobStatus::Exited(signal("TERM"))
+    );
+    let ps = tb.run("ps -o args | grep '^sleep 300' | grep -v grep; true").unwrap();
+    assert!(String::from_utf8_lossy(&ps.stdout).trim().is_empty(), "survivors: {ps:?}");
+
+    let (command, expected) = ticker(40);
+    let id = format!("faults-{}", token());
+    ex.spawn_job(&command, JobOptions::new().id(&id)).await.unwrap();
+    tb.disconnect_network().unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    tb.reconnect_network().unwrap();
+    tb.pause().unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    tb.unpause().unwrap();
+    ex.close().await;
+    let ex = docker_builder(&tb).build().await.unwrap();
+    let job = ex.job(&id).await.unwrap();
+    assert_eq!(
+        job.wait(Duration::from_secs(30)).await.unwrap(),
+        JobStatus::Exited(ExitStatus::Code(5))
+    );
+    assert_eq!(read_all(&job, JobStream::Stdout, 100).await, expected);
+}
+
+#[tokio::test]
+async fn docker_openssh_jobs_survive_network_loss_and_pause() {
+    require_docker!();
+    docker_row(swiftide_ssh_testbed::DockerImage::OpenSsh).await;
+}
+
+#[tokio::test]
+async fn docker_dropbear_busybox_jobs_survive_network_loss_and_pause() {
+    require_docker!();
+    docker_row(swiftide_ssh_testbed::DockerImage::DropbearBusybox).await;
+}
