@@ -40,6 +40,10 @@
 //! * **Pooling:** commands share connections through channels ([`PoolStats`]); a command is
 //!   sent at most once.
 //! * **Fleets:** [`Fleet`] runs one command on many hosts.
+//! * **Jobs:** [`SshExecutor::spawn_job`] starts a command that outlives the call, the
+//!   connection and the client ([`Job`]): reattach by id ([`SshExecutor::job`]), read its
+//!   output by a client-owned cursor ([`Job::read`], [`Job::follow`]), its [`JobStatus`], a
+//!   kill of the whole group that never signals a reused pid, a deadline kept on the host.
 //!
 //! How one command travels from `exec_cmd` to the remote process group and back, the kill
 //! path, the pool, the file layer and every difference from `LocalExecutor` are described in

@@ -704,3 +704,152 @@ async fn docker_dropbear_busybox_jobs_survive_network_loss_and_pause() {
     require_docker!();
     docker_row(swiftide_ssh_testbed::DockerImage::DropbearBusybox).await;
 }
+
+/// The content of load job `i`: its own line, repeated up to `size` bytes.
+fn load_content(i: usize, size: usize) -> Vec<u8> {
+    let line = format!("job {i:03} {}\n", "x".repeat(40 + i % 17));
+    line.as_bytes().iter().copied().cycle().take(size).collect()
+}
+
+#[tokio::test]
+async fn a_hundred_jobs_read_back_exactly_by_four_readers() {
+    // 10 MB per job as the issue asks; `SWIFTIDE_SSH_JOBS_LOAD_MB` sets another size (a debug
+    // build's SSH crypto makes 4 GB of reads slow on a small machine).
+    let mb: usize = std::env::var("SWIFTIDE_SSH_JOBS_LOAD_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    let size = mb * 1_000_000;
+    let tb = testbed();
+    let ex = builder(&tb).max_connections(4).build().await.unwrap();
+    let started = Instant::now();
+    let spawns: Vec<_> = (0..100)
+        .map(|i| {
+            let ex = ex.clone();
+            let line = format!("job {i:03} {}", "x".repeat(40 + i % 17));
+            tokio::spawn(async move {
+                ex.spawn_job(
+                    &format!("yes '{line}' | head -c {size}"),
+                    JobOptions::new().label("load", i.to_string()),
+                )
+                .await
+                .unwrap()
+            })
+        })
+        .collect();
+    let mut jobs = Vec::new();
+    for spawn in spawns {
+        jobs.push(spawn.await.unwrap());
+    }
+    eprintln!("figure: 100 jobs started in {:?}", started.elapsed());
+    let jobs = std::sync::Arc::new(jobs);
+    let readers: Vec<_> = (0..4)
+        .map(|r| {
+            let jobs = jobs.clone();
+            tokio::spawn(async move {
+                // Each reader takes the jobs in another order.
+                for k in 0..jobs.len() {
+                    let i = (k * 7 + r * 25) % jobs.len();
+                    let job = &jobs[i];
+                    job.wait(Duration::from_secs(300)).await.unwrap();
+                    let got = read_all_once(job, 1 << 20).await;
+                    assert!(got == load_content(i, size), "job {i}: {} bytes differ", got.len());
+                }
+            })
+        })
+        .collect();
+    for reader in readers {
+        reader.await.unwrap();
+    }
+    eprintln!(
+        "figure: 100 jobs x {mb} MB read back by 4 readers in {:?}",
+        started.elapsed()
+    );
+    for job in jobs.iter() {
+        assert_eq!(job.status().await.unwrap(), JobStatus::Exited(ExitStatus::Code(0)));
+        job.remove().await.unwrap();
+    }
+}
+
+/// A whole stream by cursor (without the repeated-read check of [`read_all`]).
+async fn read_all_once(job: &Job, max: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let piece = job.read(JobStream::Stdout, out.len() as u64, max).await.unwrap();
+        out.extend_from_slice(&piece.bytes);
+        if piece.eof {
+            return out;
+        }
+    }
+}
+
+/// Mounts a tmpfs of `size` on `dir` (this machine is the server; the tests run as root).
+fn mount_tmpfs(dir: &std::path::Path, size: &str) -> bool {
+    std::fs::create_dir_all(dir).unwrap();
+    std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={size},mode=700"), "tmpfs"])
+        .arg(dir)
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn unmount(dir: &std::path::Path) {
+    let _ = std::process::Command::new("umount").arg(dir).status();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn a_full_disk_ends_with_a_clear_error() {
+    let tb = testbed();
+    let ex = executor(&tb).await;
+    // The jobs directory, learned from a first job.
+    let first = ex.spawn_job("true", JobOptions::new()).await.unwrap();
+    let base = first.dir().parent().unwrap().to_path_buf();
+
+    // A job whose directory is a 64 KiB tmpfs: its spool fills the disk.
+    let id = format!("full-{}", token());
+    let dir = base.join(&id);
+    if !mount_tmpfs(&dir, "64k") {
+        assert!(std::env::var_os("CI").is_none(), "cannot mount a tmpfs under CI");
+        eprintln!("skipping: cannot mount a tmpfs");
+        return;
+    }
+    let result = async {
+        let job = ex
+            .spawn_job("head -c 1000000 /dev/zero; echo after", JobOptions::new().id(&id))
+            .await
+            .unwrap();
+        job.wait(Duration::from_secs(20)).await.unwrap();
+        let info = job.info().await.unwrap();
+        let dropped = info.stdout_dropped.clone().expect("a drop is recorded");
+        match &dropped.reason {
+            JobDropReason::WriteFailed { message } => {
+                assert!(message.contains("No space left on device"), "{message}")
+            }
+            other => panic!("expected a write failure, got {other:?}"),
+        }
+        let spooled = read_all(&job, JobStream::Stdout, 1 << 20).await.len() as u64;
+        assert!(spooled < 1_000_000 && spooled + dropped.bytes <= 1_000_006);
+        let last = job.follow(JobCursor::default()).collect::<Vec<_>>().await;
+        assert!(
+            matches!(last.last(), Some(Err(Error::JobOutputDropped { stream: "stdout", .. }))),
+            "{:?}",
+            last.last()
+        );
+    }
+    .await;
+    unmount(&dir);
+    let () = result;
+
+    // A disk too full for the job's own files: the start fails with the host's reason.
+    let id = format!("nospace-{}", token());
+    let dir = base.join(&id);
+    assert!(mount_tmpfs(&dir, "4k"));
+    std::fs::write(dir.join("filler"), vec![0u8; 4096]).ok();
+    let started = ex.spawn_job("echo hi", JobOptions::new().id(&id)).await;
+    unmount(&dir);
+    match started {
+        Err(Error::JobStart { reason, .. }) => eprintln!("figure: full-disk start error: {reason}"),
+        other => panic!("expected a start error, got {other:?}"),
+    }
+}
