@@ -155,13 +155,21 @@ pub(crate) fn start(spec: &Spec, launch: &[u8]) -> Vec<u8> {
   n=0
   while [ ! -f "$d/spec" ] && [ "$n" -lt 300 ]; do nap 0.01; n=$((n + 1)); done
 fi
+# A write that fails on a full disk says only "I/O error": name the cause when it is that.
+unwritable() {
+  a=$(df -Pk -- "$d" 2>/dev/null | awk 'NR == 2 { print $4 }')
+  if [ "$a" = 0 ]; then echo "cannot write the job's files in $d: No space left on device" >&3
+  else echo "cannot write the job's files in $d" >&3; fi
+  exit 4
+}
+exec 3>&2
 if [ ! -f "$d/spec" ]; then
   { printf %s "$la" >"$d/launch" && printf %s "$ru" >"$d/run" && printf %s "$pa" >"$d/params" &&
     for f in pid.tmp exit.tmp reason stdout.drop stderr.drop stdout.err stderr.err; do
-      printf '%256s' '' >"$d/$f" || exit 4
+      printf '%256s' '' >"$d/$f" || unwritable
     done &&
     : >"$d/stdout" && : >"$d/stderr" &&
-    printf %s "$sp" >"$d/spec.tmp" && mv -f -- "$d/spec.tmp" "$d/spec"; } || exit 4
+    printf %s "$sp" >"$d/spec.tmp" && mv -f -- "$d/spec.tmp" "$d/spec"; } 2>/dev/null || unwritable
 fi
 s=$(cat -- "$d/spec"; echo x)
 [ "$s" = "${sp}x" ] || { echo differs; exit 0; }
