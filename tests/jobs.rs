@@ -902,3 +902,21 @@ async fn a_full_disk_ends_with_a_clear_error() {
         other => panic!("expected a start error, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn jobs_work_under_every_login_shell() {
+    for shell in [
+        LoginShell::Fish,
+        LoginShell::Tcsh,
+        LoginShell::Zsh,
+        LoginShell::Mksh,
+        LoginShell::BusyboxAsh,
+    ] {
+        let tb = Testbed::builder()
+            .login_shell(shell)
+            .start()
+            .unwrap_or_else(|e| panic!("cannot start the testbed: {e}"));
+        let ex = builder(&tb).build().await.unwrap();
+        life_of_a_job(&ex).await;
+    }
+}
