@@ -429,6 +429,15 @@ impl Job {
         }
     }
 
+    fn failed(&self, operation: &'static str, stderr: &[u8]) -> Error {
+        Error::JobFailed {
+            host: self.executor.inner.config.host.clone(),
+            operation,
+            id: self.id.clone(),
+            reason: last_line(stderr),
+        }
+    }
+
     /// A small file of the job directory, `None` when missing.
     async fn record(&self, name: &str) -> Result<Option<Vec<u8>>> {
         self.executor
@@ -756,12 +765,7 @@ impl Job {
             run_collect(&self.executor, &script::kill(&self.dir, grace), Vec::new()).await?;
         let answer = trimmed(&out.stdout);
         if !status.success() {
-            return Err(Error::JobFailed {
-                host: self.executor.inner.config.host.clone(),
-                operation: "kill",
-                id: self.id.clone(),
-                reason: last_line(&out.stderr),
-            });
+            return Err(self.failed("kill", &out.stderr));
         }
         match answer.as_str() {
             "reused" => {
@@ -799,12 +803,7 @@ impl Job {
         let (status, out) =
             run_collect(&self.executor, &script::remove(&self.dir), Vec::new()).await?;
         if !status.success() {
-            return Err(Error::JobFailed {
-                host: self.executor.inner.config.host.clone(),
-                operation: "remove",
-                id: self.id.clone(),
-                reason: last_line(&out.stderr),
-            });
+            return Err(self.failed("remove", &out.stderr));
         }
         Ok(())
     }
