@@ -920,3 +920,67 @@ async fn jobs_work_under_every_login_shell() {
         life_of_a_job(&ex).await;
     }
 }
+
+#[tokio::test]
+async fn a_job_whose_processes_vanish_is_lost_not_running() {
+    let tb = testbed();
+    let ex = executor(&tb).await;
+    let t = token();
+    let job = ex
+        .spawn_job(&format!("sleep 300.{t}"), JobOptions::new())
+        .await
+        .unwrap();
+    // As the OOM killer would: SIGKILL the runner and the job's group, no exit recorded.
+    let record = std::fs::read_to_string(job.dir().join("pid")).unwrap();
+    let fields: Vec<&str> = record.split_whitespace().collect();
+    let (pid, runner) = (fields[0], fields[2]);
+    let killed = std::process::Command::new("kill")
+        .args(["-s", "KILL", "--", runner, &format!("-{pid}")])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    assert!(
+        wait_until_gone(&format!("^sleep 300.{t}"), Duration::from_secs(5))
+            .await
+            .is_empty()
+    );
+    assert_eq!(
+        job.wait(Duration::from_secs(5)).await.unwrap(),
+        JobStatus::Lost
+    );
+    assert_eq!(
+        ex.job(job.id()).await.unwrap().status().await.unwrap(),
+        JobStatus::Lost
+    );
+    job.remove().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_interrupted_start_is_completed_by_asking_again() {
+    let tb = testbed();
+    let ex = executor(&tb).await;
+    let base = ex
+        .spawn_job("true", JobOptions::new())
+        .await
+        .unwrap()
+        .dir()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("runs");
+    let command = format!("echo run >> '{}'", marker.display());
+
+    // The first start died right after its mkdir: the directory is empty.
+    let id = format!("half-{}", token());
+    std::fs::create_dir(base.join(&id)).unwrap();
+    let job = ex
+        .spawn_job(&command, JobOptions::new().id(&id))
+        .await
+        .unwrap();
+    assert_eq!(
+        job.wait(Duration::from_secs(10)).await.unwrap(),
+        JobStatus::Exited(ExitStatus::Code(0))
+    );
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "run\n");
+}
