@@ -35,7 +35,7 @@ use state::{DropRecord, ExitRecord, PidRecord, proc_start_time, trimmed};
 use crate::{
     command::{ExitStatus, OutputChunk},
     config::EnvPlan,
-    error::{Error, Result},
+    error::{Error, Result, SftpStatus},
     executor::SshExecutor,
     files::run_collect,
 };
@@ -355,8 +355,15 @@ impl SshExecutor {
         for info in infos {
             match info {
                 Ok(info) => out.push(info),
-                // Removed (or half-created) while listing.
-                Err(Error::JobNotFound { .. }) => {}
+                // Removed (or half-created, or pruned) while listing: its files went away
+                // between two reads.
+                Err(
+                    Error::JobNotFound { .. }
+                    | Error::Sftp {
+                        status: Some(SftpStatus::NoSuchFile),
+                        ..
+                    },
+                ) => {}
                 Err(error) => return Err(error),
             }
         }
@@ -485,31 +492,26 @@ impl Job {
     }
 
     async fn status_with_pid(&self) -> Result<(JobStatus, Option<PidRecord>)> {
-        if let Some(exit) = self.exit_record().await? {
-            let pid = self
-                .record("pid")
-                .await?
-                .as_deref()
-                .and_then(PidRecord::parse);
+        // The three reads are in flight at once on the SFTP channel. A job that ends between
+        // them is caught below: `exit` is read again before anything is called lost.
+        let boot_id = Path::new("/proc/sys/kernel/random/boot_id");
+        let (exit, pid, boot) = tokio::join!(
+            self.exit_record(),
+            self.record("pid"),
+            self.executor.read_range(boot_id, 0, RECORD_MAX)
+        );
+        let pid = pid?.as_deref().and_then(PidRecord::parse);
+        if let Some(exit) = exit? {
             return Ok((JobStatus::Exited(exit.status()), pid));
         }
-        let Some(pid) = self
-            .record("pid")
-            .await?
-            .as_deref()
-            .and_then(PidRecord::parse)
-        else {
+        let Some(pid) = pid else {
             // No start recorded: starting now, or removed.
             return match self.record("spec").await? {
                 Some(_) => Ok((JobStatus::Starting, None)),
                 None => Err(self.not_found()),
             };
         };
-        let boot = self
-            .executor
-            .read_range(Path::new("/proc/sys/kernel/random/boot_id"), 0, RECORD_MAX)
-            .await?
-            .map(|bytes| trimmed(&bytes));
+        let boot = boot?.map(|bytes| trimmed(&bytes));
         let same_boot = match boot.as_deref() {
             Some(boot) => pid.boot_id == "-" || pid.boot_id == boot,
             None => true,
