@@ -347,6 +347,97 @@ pub enum Error {
         port: u16,
     },
 
+    /// A job id that cannot be used (see [`JobOptions::id`](crate::JobOptions::id)).
+    #[error("invalid job id {id:?}: it {reason}")]
+    InvalidJobId {
+        /// The id as given.
+        id: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+
+    /// No job with this id exists on the host (never started, or removed).
+    #[error("no job {id} on {host}")]
+    JobNotFound {
+        /// Destination host.
+        host: String,
+        /// The job id.
+        id: String,
+    },
+
+    /// A job with this id exists on the host, started with another command or other options.
+    /// (Starting the same id with the same command and options returns the existing job.)
+    #[error("job {id} on {host} exists with another command or options")]
+    JobExists {
+        /// Destination host.
+        host: String,
+        /// The job id.
+        id: String,
+    },
+
+    /// The host could not start the job: no `setsid` or `mkfifo`, no writable state
+    /// directory, a full disk (`reason` then names it), or the runner did not start.
+    #[error("job {id} on {host} could not be started: {reason}")]
+    JobStart {
+        /// Destination host.
+        host: String,
+        /// The job id.
+        id: String,
+        /// What the host said.
+        reason: String,
+    },
+
+    /// A job operation's script failed on the host (`operation`: `kill`, `remove`, `prune`,
+    /// `find`).
+    #[error("job {operation} on {host} failed: {reason}")]
+    JobFailed {
+        /// Destination host.
+        host: String,
+        /// The operation.
+        operation: &'static str,
+        /// The job id (empty for operations on all jobs).
+        id: String,
+        /// What the host said.
+        reason: String,
+    },
+
+    /// The job is still running (from [`Job::remove`](crate::Job::remove)).
+    #[error("job {id} on {host} is still running")]
+    JobRunning {
+        /// Destination host.
+        host: String,
+        /// The job id.
+        id: String,
+    },
+
+    /// The job's recorded process id now belongs to another process (its start time no longer
+    /// matches): nothing was signalled.
+    #[error("job {id} on {host}: pid {pid} is no longer the job's (reused); nothing was signalled")]
+    JobPidReused {
+        /// Destination host.
+        host: String,
+        /// The job id.
+        id: String,
+        /// The recorded pid.
+        pid: u32,
+    },
+
+    /// Output of a job was dropped on the host: the stream reached its spool cap, or writing
+    /// the spool file failed (a full disk). Reported once the stream has ended.
+    #[error("job {id} on {host} dropped {bytes} bytes of {stream}: {reason}")]
+    JobOutputDropped {
+        /// Destination host.
+        host: String,
+        /// The job id.
+        id: String,
+        /// `stdout` or `stderr`.
+        stream: &'static str,
+        /// How many bytes were dropped (at least; see [`JobDrop`](crate::JobDrop)).
+        bytes: u64,
+        /// Why, in words (`spool cap of 1048576 bytes reached`, `No space left on device`).
+        reason: String,
+    },
+
     /// The executor was closed with [`SshExecutor::close`](crate::SshExecutor::close).
     #[error("the executor is closed")]
     Closed,

@@ -42,6 +42,10 @@
 //! * **Fleets:** [`Fleet`] runs one command on many hosts: node sets, Ansible inventories,
 //!   rolling batches with failure thresholds, retries of unreachable hosts, folded output,
 //!   JSON records and an exit-code policy ([`fleet`]).
+//! * **Jobs:** [`SshExecutor::spawn_job`] starts a command that outlives the call, the
+//!   connection and the client ([`Job`]): reattach by id ([`SshExecutor::job`]), read its
+//!   output by a client-owned cursor ([`Job::read`], [`Job::follow`]), its [`JobStatus`], a
+//!   kill of the whole group that never signals a reused pid, a deadline kept on the host.
 //!
 //! How one command travels from `exec_cmd` to the remote process group and back, the kill
 //! path, the pool, the file layer and every difference from `LocalExecutor` are described in
@@ -76,7 +80,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 // Each module imports only from the modules before it on this line (`.ci/check-layers.py`):
-// Layers, bottom up: error < config < ssh < pool < command < executor < files < builder < fleet < swiftide < adapters
+// Layers, bottom up: error < config < ssh < pool < command < executor < files < jobs < builder < fleet < swiftide < adapters
 pub mod adapters;
 mod builder;
 mod command;
@@ -85,6 +89,7 @@ mod error;
 mod executor;
 mod files;
 pub mod fleet;
+mod jobs;
 mod pool;
 mod ssh;
 mod swiftide;
@@ -99,6 +104,10 @@ pub use executor::{ExecOptions, SshExecutor};
 pub use files::{DirEntry, FileMetadata, FileType};
 pub use fleet::{
     Fleet, FleetEvent, FleetReport, FleetSummary, HostRecord, HostResult, HostStatus, Inventory,
+};
+pub use jobs::{
+    DEFAULT_SPOOL_CAP, Job, JobCursor, JobDrop, JobDropReason, JobEndCause, JobInfo, JobOptions,
+    JobOutput, JobStatus, JobStream,
 };
 pub use pool::PoolStats;
 

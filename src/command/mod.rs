@@ -21,5 +21,5 @@ pub(crate) use supervisor::Supervision;
 pub use wrapper::exec_request_for_benchmarks;
 pub(crate) use wrapper::{
     PrestartPayload, direct_capable, direct_wrapper, prestart_payload, prestart_request,
-    script_request, wrapper,
+    quote_line, script_request, wrapper,
 };

@@ -91,6 +91,65 @@ pub(crate) async fn read_via_exec(executor: &SshExecutor, path: &Path) -> Result
     run_file_script(executor, "read", path, &script, Vec::new()).await
 }
 
+/// Up to `max` bytes of `path` from `offset`, or `None` when it does not exist (for servers
+/// without SFTP).
+pub(crate) async fn read_range_via_exec(
+    executor: &SshExecutor,
+    path: &Path,
+    offset: u64,
+    max: u64,
+) -> Result<Option<Vec<u8>>> {
+    let mut script = b"f=".to_vec();
+    script.extend_from_slice(&quoted_path(path)?);
+    script.extend_from_slice(
+        format!(
+            "\n[ -e \"$f\" ] || exit 3\ntail -c +{} -- \"$f\" | head -c {max}\n",
+            offset.saturating_add(1)
+        )
+        .as_bytes(),
+    );
+    let (status, output) = run_collect(executor, &script, Vec::new()).await?;
+    match status {
+        ExitStatus::Code(0) => Ok(Some(output.stdout)),
+        ExitStatus::Code(3) => Ok(None),
+        other => Err(script_failure(
+            executor,
+            "read",
+            path,
+            &other,
+            &output.stderr,
+        )),
+    }
+}
+
+/// The names in directory `path` (with `ls -A`, one a line), or `None` when it does not
+/// exist (for servers without SFTP). Names with a newline are not listed.
+pub(crate) async fn dir_names_via_exec(
+    executor: &SshExecutor,
+    path: &Path,
+) -> Result<Option<Vec<String>>> {
+    let mut script = b"d=".to_vec();
+    script.extend_from_slice(&quoted_path(path)?);
+    script.extend_from_slice(b"\n[ -d \"$d\" ] || exit 3\nexec ls -A -- \"$d\"\n");
+    let (status, output) = run_collect(executor, &script, Vec::new()).await?;
+    match status {
+        ExitStatus::Code(0) => Ok(Some(
+            String::from_utf8_lossy(&output.stdout)
+                .lines()
+                .map(str::to_owned)
+                .collect(),
+        )),
+        ExitStatus::Code(3) => Ok(None),
+        other => Err(script_failure(
+            executor,
+            "list",
+            path,
+            &other,
+            &output.stderr,
+        )),
+    }
+}
+
 /// The atomic write as a script: follow symlinks, refuse directories, `cat` stdin into a
 /// private temporary file next to the target, copy the old mode (or 0644), `mv` it over.
 fn write_script(path: &Path, nonce: u64) -> Result<Vec<u8>> {

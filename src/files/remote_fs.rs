@@ -229,6 +229,84 @@ impl SshExecutor {
         }
     }
 
+    /// `path` as SFTP text, `None` when SFTP cannot carry it (not UTF-8), an error for a NUL.
+    fn sftp_text<'a>(&self, path: &'a Path) -> Result<Option<&'a str>> {
+        match path.to_str() {
+            None => Ok(None),
+            Some(_) => sftp_path(path).map(Some),
+        }
+    }
+
+    /// What a path SFTP cannot carry is treated as: no SFTP, so the exec fallback runs.
+    fn no_sftp(&self) -> Error {
+        Error::SftpUnavailable {
+            host: self.inner.config.host.clone(),
+            port: self.inner.config.port,
+        }
+    }
+
+    /// Up to `max` bytes of an absolute `path` from `offset`, or `None` when the file does
+    /// not exist. Over SFTP, or with `tail | head` over exec on a server without SFTP or for
+    /// a path SFTP cannot carry. Used by jobs, whose files are read by a client-owned cursor.
+    pub(crate) async fn read_range(
+        &self,
+        path: &Path,
+        offset: u64,
+        max: u64,
+    ) -> Result<Option<Vec<u8>>> {
+        let result = match self.sftp_text(path)? {
+            None => Err(self.no_sftp()),
+            Some(text) => {
+                self.with_sftp(Retry::Idempotent, |channel| async move {
+                    channel
+                        .read_range(text, offset, max)
+                        .await
+                        .map_err(|e| self.sftp_error("read", text, e))
+                })
+                .await
+            }
+        };
+        match result {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(Error::Sftp {
+                status: Some(SftpStatus::NoSuchFile),
+                ..
+            }) => Ok(None),
+            Err(Error::SftpUnavailable { .. }) => {
+                exec_fallback::read_range_via_exec(self, path, offset, max).await
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// The names in an absolute directory `path` (without `.` and `..`), or `None` when it
+    /// does not exist; over SFTP, else with `ls -A` over exec.
+    pub(crate) async fn dir_names(&self, path: &Path) -> Result<Option<Vec<String>>> {
+        let result = match self.sftp_text(path)? {
+            None => Err(self.no_sftp()),
+            Some(text) => {
+                self.with_sftp(Retry::Idempotent, |channel| async move {
+                    channel
+                        .read_dir(text)
+                        .await
+                        .map_err(|e| self.sftp_error("list", text, e))
+                })
+                .await
+            }
+        };
+        match result {
+            Ok(entries) => Ok(Some(entries.into_iter().map(|(name, _)| name).collect())),
+            Err(Error::Sftp {
+                status: Some(SftpStatus::NoSuchFile),
+                ..
+            }) => Ok(None),
+            Err(Error::SftpUnavailable { .. }) => {
+                exec_fallback::dir_names_via_exec(self, path).await
+            }
+            Err(error) => Err(error),
+        }
+    }
+
     /// Replaces a remote file's content atomically, creating missing parent directories
     /// (errors there are ignored, as LocalExecutor does). A relative `path` resolves against
     /// the workdir.

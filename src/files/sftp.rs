@@ -336,6 +336,52 @@ impl SftpChannel {
         Ok(out)
     }
 
+    /// Reads up to `max` bytes from `offset` (fewer at EOF), with up to [`MAX_READS`]
+    /// requests in flight. Used by jobs, whose spool files are read by a client-owned cursor.
+    pub(crate) async fn read_range(
+        self: &Arc<Self>,
+        path: &str,
+        offset: u64,
+        max: u64,
+    ) -> Result<Vec<u8>, SftpError> {
+        let file = self
+            .open_handle(path, OpenFlags::READ, FileAttributes::empty())
+            .await?;
+        let handle = file.handle.as_str();
+        let chunk = u64::from(self.read_len);
+        let end = offset.saturating_add(max);
+        let mut out = Vec::new();
+        let mut next = offset;
+        let mut depth = 1;
+        let mut in_flight = FuturesOrdered::new();
+        loop {
+            while in_flight.len() < depth && next < end {
+                let at = next;
+                let len = u32::try_from(chunk.min(end - at)).unwrap_or(self.read_len);
+                in_flight.push_back(async move { self.raw.read(handle, at, len).await });
+                next += u64::from(len);
+            }
+            match in_flight.next().await {
+                Some(Ok(data)) => {
+                    let asked = chunk.min(end - (offset + out.len() as u64));
+                    out.extend_from_slice(&data.data);
+                    if (data.data.len() as u64) < asked {
+                        // A short read: EOF for a regular file (a writer may still append,
+                        // which the next read by cursor picks up).
+                        break;
+                    }
+                    depth = (depth * 2).min(MAX_READS);
+                }
+                Some(Err(error)) if is_eof(&error) => break,
+                Some(Err(error)) => return Err(error),
+                None => break,
+            }
+        }
+        drop(in_flight);
+        drop(file);
+        Ok(out)
+    }
+
     /// Appends everything from `out.len()` to EOF, with up to [`MAX_READS`] reads in flight.
     async fn read_rest(&self, handle: &str, out: &mut Vec<u8>) -> Result<(), SftpError> {
         let chunk = self.read_len;

@@ -111,6 +111,9 @@ pub(crate) struct Pool {
     pub(crate) registry: Arc<Registry>,
     slots: bb8::Pool<SlotManager>,
     closed: AtomicBool,
+    /// The host's directory of jobs, learned once by the jobs layer (it depends on the login
+    /// environment's `$XDG_STATE_HOME` and `$HOME`, which SFTP cannot see).
+    pub(crate) jobs_dir: tokio::sync::OnceCell<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -150,6 +153,7 @@ impl Pool {
             registry,
             slots,
             closed: AtomicBool::new(false),
+            jobs_dir: tokio::sync::OnceCell::new(),
         })
     }
 

@@ -1,0 +1,812 @@
+//! Jobs: commands that outlive a call, a connection and the client itself.
+//!
+//! [`SshExecutor::spawn_job`] starts a command detached on the host, in a session (and process
+//! group) of its own, with its output spooled to files in a private job directory
+//! ([`script`] lists them). Any client, on any connection, later finds it by id
+//! ([`SshExecutor::job`]), reads its output by a cursor it owns ([`Job::read`],
+//! [`Job::follow`]), asks its state ([`Job::status`]), waits for it, kills its whole group and
+//! removes it. Nothing is installed on the host: a POSIX `sh`, `setsid`, `mkfifo`, `head`,
+//! `wc` and `/proc`.
+//!
+//! Starting is one exec of the crate's own start script. Status and output are read over the
+//! connection's SFTP channel (reads at an offset; no exec, no process on the host), or with
+//! small scripts on servers without SFTP. Killing and removing are one exec each.
+
+mod script;
+mod spec;
+mod state;
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    time::{Duration, SystemTime},
+};
+
+use bytes::Bytes;
+use futures::{
+    StreamExt,
+    stream::{self, BoxStream},
+};
+
+use spec::{DEFAULT_KILL_GRACE, Spec, random_id, validate_id};
+pub use spec::{DEFAULT_SPOOL_CAP, JobOptions};
+use state::{DropRecord, ExitRecord, PidRecord, proc_start_time, trimmed};
+
+use crate::{
+    command::{ExitStatus, OutputChunk},
+    config::EnvPlan,
+    error::{Error, Result, SftpStatus},
+    executor::SshExecutor,
+    files::run_collect,
+};
+
+/// How many times a start whose connection broke is asked again (the id makes it safe).
+const START_ATTEMPTS: u32 = 3;
+
+/// The largest record file read (`pid`, `exit`, `.drop`, `/proc/PID/stat`).
+const RECORD_MAX: u64 = 4096;
+
+/// One of a job's two output streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum JobStream {
+    /// The command's stdout.
+    Stdout,
+    /// The command's stderr.
+    Stderr,
+}
+
+impl JobStream {
+    /// `stdout` or `stderr`, the spool file's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            JobStream::Stdout => "stdout",
+            JobStream::Stderr => "stderr",
+        }
+    }
+}
+
+/// A job's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum JobStatus {
+    /// The job directory exists but its runner has not recorded the start yet (another
+    /// client is starting it right now).
+    Starting,
+    /// The job's process runs (or its output streams are still open).
+    Running {
+        /// The job's process id, which is also its process group and session id.
+        pid: u32,
+        /// When it started, by the host's clock.
+        started_at: SystemTime,
+    },
+    /// The job ended, with this status (code or signal, as for a command).
+    Exited(ExitStatus),
+    /// The job's processes are gone without a recorded status: the host rebooted (its boot
+    /// id changed), or the runner was killed (by the OOM killer, say).
+    Lost,
+}
+
+impl JobStatus {
+    /// Whether the job has ended ([`Exited`](Self::Exited) or [`Lost`](Self::Lost)).
+    pub fn is_finished(&self) -> bool {
+        matches!(self, JobStatus::Exited(_) | JobStatus::Lost)
+    }
+}
+
+/// Why output of a stream was dropped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum JobDropReason {
+    /// The stream reached its spool cap ([`JobOptions::spool_cap`]).
+    SpoolCap {
+        /// The cap in bytes.
+        cap: u64,
+    },
+    /// Writing the spool file failed; `message` is the host's (`No space left on device`).
+    WriteFailed {
+        /// The error as the host reported it.
+        message: String,
+    },
+}
+
+impl std::fmt::Display for JobDropReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            JobDropReason::SpoolCap { cap } => write!(f, "spool cap of {cap} bytes reached"),
+            JobDropReason::WriteFailed { message } => write!(f, "spool write failed: {message}"),
+        }
+    }
+}
+
+/// Output a stream dropped on the host, known once the stream has ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct JobDrop {
+    /// Bytes the job wrote beyond the spooled ones. After a write failure this is a lower
+    /// bound: what the spooler had read but could not write is not counted.
+    pub bytes: u64,
+    /// Why.
+    pub reason: JobDropReason,
+}
+
+/// One read of a stream ([`Job::read`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct JobOutput {
+    /// The bytes from the offset, exactly as spooled (a UTF-8 sequence may be cut at either
+    /// end; the next read at `next_offset` continues it).
+    pub bytes: Bytes,
+    /// The offset after `bytes`: where the next read continues.
+    pub next_offset: u64,
+    /// The stream has ended and nothing follows `next_offset`.
+    pub eof: bool,
+    /// At the end of a stream: what it dropped beyond the spool (see [`JobDrop`]).
+    pub dropped: Option<JobDrop>,
+}
+
+/// What [`Job::follow`] starts from: an offset per stream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JobCursor {
+    /// Offset into stdout.
+    pub stdout: u64,
+    /// Offset into stderr.
+    pub stderr: u64,
+}
+
+/// What ended a job besides the command itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum JobEndCause {
+    /// [`Job::kill`].
+    Killed,
+    /// The job's own deadline ([`JobOptions::deadline`]).
+    Deadline,
+}
+
+/// A job as listed by [`SshExecutor::jobs`] and [`Job::info`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct JobInfo {
+    /// The job's id.
+    pub id: String,
+    /// Its state.
+    pub status: JobStatus,
+    /// The command, exactly as given.
+    pub command: String,
+    /// Its directory, as resolved at the start (`None`: the login directory).
+    pub current_dir: Option<PathBuf>,
+    /// The labels it was started with.
+    pub labels: BTreeMap<String, String>,
+    /// The deadline it was started with.
+    pub deadline: Option<Duration>,
+    /// Its spool cap per stream.
+    pub spool_cap: u64,
+    /// When it started, by the host's clock (`None` until the runner recorded it).
+    pub started_at: Option<SystemTime>,
+    /// When it ended, by the host's clock.
+    pub ended_at: Option<SystemTime>,
+    /// A kill or the deadline, when one ended it.
+    pub ended_by: Option<JobEndCause>,
+    /// What stdout dropped, once it ended.
+    pub stdout_dropped: Option<JobDrop>,
+    /// What stderr dropped, once it ended.
+    pub stderr_dropped: Option<JobDrop>,
+}
+
+/// A handle to a job on the host. Cheap to clone; holds no connection of its own (each call
+/// uses the executor's pool), so dropping it leaves the job running.
+#[derive(Debug, Clone)]
+pub struct Job {
+    executor: SshExecutor,
+    id: String,
+    dir: PathBuf,
+}
+
+impl SshExecutor {
+    /// The host's directory of jobs (asked once per executor).
+    async fn jobs_dir(&self) -> Result<PathBuf> {
+        self.inner
+            .jobs_dir
+            .get_or_try_init(|| async {
+                let (status, out) = run_collect(self, &script::base(), Vec::new()).await?;
+                let text = trimmed(&out.stdout);
+                if !status.success() || !text.starts_with('/') {
+                    return Err(Error::JobFailed {
+                        host: self.inner.config.host.clone(),
+                        operation: "find",
+                        id: String::new(),
+                        reason: last_line(&out.stderr),
+                    });
+                }
+                Ok(PathBuf::from(text))
+            })
+            .await
+            .cloned()
+    }
+
+    /// Starts `command` as a job: detached from the call, the channel and the connection, in
+    /// a session and process group of its own, run as a command is (`sh -c`, or a `#!`
+    /// script; the executor's environment settings, then the job's), with stdin at EOF and
+    /// its output spooled on the host. Returns once the job is known to run.
+    ///
+    /// The id ([`JobOptions::id`]) is the idempotency key: if the id exists with the same
+    /// command and options, that job's handle is returned and nothing starts twice. So when
+    /// the connection breaks around the start, the start is asked again (up to 3 times)
+    /// and the answer is definite.
+    ///
+    /// # Errors
+    /// [`Error::InvalidJobId`]; [`Error::InvalidInput`] for a NUL byte or a bad environment
+    /// name; [`Error::JobExists`] when the id exists with another command or options;
+    /// [`Error::JobStart`] when the host cannot start it (no `setsid`, a full disk, ...);
+    /// connection errors as for commands.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the job started or not: ask again with the same id
+    /// (`spawn_job` returns the existing job) or look it up with [`job`](Self::job).
+    pub async fn spawn_job(&self, command: &str, options: JobOptions) -> Result<Job> {
+        if self.is_closed() {
+            return Err(Error::Closed);
+        }
+        let id = options.id.clone().unwrap_or_else(random_id);
+        validate_id(&id)?;
+        let dir = self.resolve_dir(options.current_dir.as_deref());
+        let spec = Spec {
+            id: id.clone(),
+            command: command.to_owned(),
+            current_dir: dir.clone(),
+            env: options.env,
+            env_remove: options.env_remove,
+            deadline: options.deadline,
+            kill_grace: options.kill_grace.unwrap_or(DEFAULT_KILL_GRACE),
+            spool_cap: options.spool_cap.unwrap_or(DEFAULT_SPOOL_CAP),
+            labels: options.labels,
+        };
+        let config = &self.inner.config;
+        let env = job_env(&config.env, &spec);
+        let launch = script::launch(&spec, dir.as_deref(), &env, config)?;
+        let start = script::start(&spec, &launch);
+        let mut attempt = 1;
+        let (status, out) = loop {
+            match run_collect(self, &start, Vec::new()).await {
+                Err(error @ (Error::ConnectionLost { .. } | Error::Ssh { .. }))
+                    if attempt < START_ATTEMPTS =>
+                {
+                    tracing::debug!(host = %config.host, %id, %error, "job start broke; asking again");
+                    attempt += 1;
+                }
+                other => break other?,
+            }
+        };
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut lines = text.lines();
+        let base = lines.next().unwrap_or("");
+        let outcome = lines.next().unwrap_or("");
+        if !status.success() || !base.starts_with('/') {
+            return Err(Error::JobStart {
+                host: config.host.clone(),
+                id,
+                reason: last_line(&out.stderr),
+            });
+        }
+        let base = PathBuf::from(base);
+        let _ = self.inner.jobs_dir.set(base.clone());
+        match outcome {
+            "ok" => Ok(Job {
+                executor: self.clone(),
+                dir: base.join(&id),
+                id,
+            }),
+            "differs" => Err(Error::JobExists {
+                host: config.host.clone(),
+                id,
+            }),
+            other => Err(Error::JobStart {
+                host: config.host.clone(),
+                id,
+                reason: format!("unexpected answer {other:?}"),
+            }),
+        }
+    }
+
+    /// The job with this id, from any client and connection (after a restart of the client,
+    /// of sshd or of the network).
+    ///
+    /// # Errors
+    /// [`Error::InvalidJobId`], [`Error::JobNotFound`], connection errors.
+    ///
+    /// # Cancel safety
+    /// Only reads; dropping the future leaves nothing behind.
+    pub async fn job(&self, id: &str) -> Result<Job> {
+        validate_id(id)?;
+        let job = Job {
+            executor: self.clone(),
+            id: id.to_owned(),
+            dir: self.jobs_dir().await?.join(id),
+        };
+        job.spec().await?;
+        Ok(job)
+    }
+
+    /// Every job on the host (for this account), with its state, ordered by id.
+    ///
+    /// # Errors
+    /// Connection errors.
+    ///
+    /// # Cancel safety
+    /// Only reads; dropping the future leaves nothing behind.
+    pub async fn jobs(&self) -> Result<Vec<JobInfo>> {
+        let base = self.jobs_dir().await?;
+        let mut names = self.dir_names(&base).await?.unwrap_or_default();
+        names.retain(|name| validate_id(name).is_ok());
+        names.sort();
+        let infos = stream::iter(names)
+            .map(|id| {
+                let job = Job {
+                    executor: self.clone(),
+                    dir: base.join(&id),
+                    id,
+                };
+                async move { job.info().await }
+            })
+            .buffered(16)
+            .collect::<Vec<_>>()
+            .await;
+        let mut out = Vec::with_capacity(infos.len());
+        for info in infos {
+            match info {
+                Ok(info) => out.push(info),
+                // Removed (or half-created, or pruned) while listing: its files went away
+                // between two reads.
+                Err(
+                    Error::JobNotFound { .. }
+                    | Error::Sftp {
+                        status: Some(SftpStatus::NoSuchFile),
+                        ..
+                    },
+                ) => {}
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Removes the jobs that ended at least `older_than` ago (by the host's clock, so the
+    /// client's clock does not matter) and returns their ids. Running and lost jobs stay.
+    ///
+    /// # Errors
+    /// Connection errors.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave some of those jobs removed and others not.
+    pub async fn prune_jobs(&self, older_than: Duration) -> Result<Vec<String>> {
+        let base = self.jobs_dir().await?;
+        let (status, out) =
+            run_collect(self, &script::prune(&base, older_than), Vec::new()).await?;
+        if !status.success() {
+            return Err(Error::JobFailed {
+                host: self.inner.config.host.clone(),
+                operation: "prune",
+                id: String::new(),
+                reason: last_line(&out.stderr),
+            });
+        }
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect())
+    }
+}
+
+/// The job's environment plan: the executor's, then the job's removals (which also undo the
+/// executor's settings of those names) and settings.
+fn job_env(base: &EnvPlan, spec: &Spec) -> EnvPlan {
+    let mut plan = base.clone();
+    plan.set.retain(|(name, _)| !spec.env_remove.contains(name));
+    plan.remove.extend(spec.env_remove.iter().cloned());
+    plan.set.extend(spec.env.iter().cloned());
+    plan
+}
+
+/// The last non-blank line of a script's stderr.
+fn last_line(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    text.lines()
+        .rev()
+        .find(|line| !line.trim().is_empty())
+        .unwrap_or("no message")
+        .trim()
+        .to_owned()
+}
+
+impl Job {
+    /// The job's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The job's directory on the host.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn not_found(&self) -> Error {
+        Error::JobNotFound {
+            host: self.executor.inner.config.host.clone(),
+            id: self.id.clone(),
+        }
+    }
+
+    fn failed(&self, operation: &'static str, stderr: &[u8]) -> Error {
+        Error::JobFailed {
+            host: self.executor.inner.config.host.clone(),
+            operation,
+            id: self.id.clone(),
+            reason: last_line(stderr),
+        }
+    }
+
+    /// A small file of the job directory, `None` when missing.
+    async fn record(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        self.executor
+            .read_range(&self.dir.join(name), 0, RECORD_MAX)
+            .await
+    }
+
+    async fn spec(&self) -> Result<Spec> {
+        let bytes = self
+            .executor
+            .read_range(&self.dir.join("spec"), 0, 1 << 24)
+            .await?
+            .ok_or_else(|| self.not_found())?;
+        Spec::decode(&bytes).ok_or_else(|| self.not_found())
+    }
+
+    async fn exit_record(&self) -> Result<Option<ExitRecord>> {
+        Ok(self
+            .record("exit")
+            .await?
+            .as_deref()
+            .and_then(ExitRecord::parse))
+    }
+
+    /// Whether process `pid` runs with start time `start_time`.
+    async fn alive(&self, pid: u32, start_time: &str) -> Result<bool> {
+        let stat = self
+            .executor
+            .read_range(Path::new(&format!("/proc/{pid}/stat")), 0, RECORD_MAX)
+            .await?;
+        Ok(stat.as_deref().and_then(proc_start_time).as_deref() == Some(start_time))
+    }
+
+    /// The job's state: read from its records and `/proc` over SFTP, never assumed. A job
+    /// whose processes are gone without an `exit` record, or whose boot id differs from the
+    /// host's, is [`Lost`](JobStatus::Lost), never a stale "running".
+    ///
+    /// # Errors
+    /// [`Error::JobNotFound`] once it was removed; connection errors.
+    ///
+    /// # Cancel safety
+    /// Only reads; dropping the future leaves nothing behind.
+    pub async fn status(&self) -> Result<JobStatus> {
+        Ok(self.status_with_pid().await?.0)
+    }
+
+    async fn status_with_pid(&self) -> Result<(JobStatus, Option<PidRecord>)> {
+        // The three reads are in flight at once on the SFTP channel. A job that ends between
+        // them is caught below: `exit` is read again before anything is called lost.
+        let boot_id = Path::new("/proc/sys/kernel/random/boot_id");
+        let (exit, pid, boot) = tokio::join!(
+            self.exit_record(),
+            self.record("pid"),
+            self.executor.read_range(boot_id, 0, RECORD_MAX)
+        );
+        let pid = pid?.as_deref().and_then(PidRecord::parse);
+        if let Some(exit) = exit? {
+            return Ok((JobStatus::Exited(exit.status()), pid));
+        }
+        let Some(pid) = pid else {
+            // No start recorded: starting now, or removed.
+            return match self.record("spec").await? {
+                Some(_) => Ok((JobStatus::Starting, None)),
+                None => Err(self.not_found()),
+            };
+        };
+        let boot = boot?.map(|bytes| trimmed(&bytes));
+        let same_boot = match boot.as_deref() {
+            Some(boot) => pid.boot_id == "-" || pid.boot_id == boot,
+            None => true,
+        };
+        if same_boot
+            && (self.alive(pid.runner_pid, &pid.runner_start_time).await?
+                || self.alive(pid.pid, &pid.start_time).await?)
+        {
+            let status = JobStatus::Running {
+                pid: pid.pid,
+                started_at: pid.started_at,
+            };
+            return Ok((status, Some(pid)));
+        }
+        // The runner may have written `exit` just now.
+        let status = match self.exit_record().await? {
+            Some(exit) => JobStatus::Exited(exit.status()),
+            None => JobStatus::Lost,
+        };
+        Ok((status, Some(pid)))
+    }
+
+    /// Everything about the job: its spec, state, times, end cause and drops.
+    ///
+    /// # Errors
+    /// As [`status`](Self::status).
+    ///
+    /// # Cancel safety
+    /// Only reads; dropping the future leaves nothing behind.
+    pub async fn info(&self) -> Result<JobInfo> {
+        let spec = self.spec().await?;
+        let (status, pid) = self.status_with_pid().await?;
+        let ended_at = match status {
+            JobStatus::Exited(_) => self.exit_record().await?.map(|exit| exit.ended_at),
+            _ => None,
+        };
+        let ended_by = match self
+            .record("reason")
+            .await?
+            .as_deref()
+            .map(trimmed)
+            .as_deref()
+        {
+            Some("killed") => Some(JobEndCause::Killed),
+            Some("deadline") => Some(JobEndCause::Deadline),
+            _ => None,
+        };
+        Ok(JobInfo {
+            id: self.id.clone(),
+            status,
+            command: spec.command,
+            current_dir: spec.current_dir,
+            labels: spec.labels,
+            deadline: spec.deadline,
+            spool_cap: spec.spool_cap,
+            started_at: pid.map(|pid| pid.started_at),
+            ended_at,
+            ended_by,
+            stdout_dropped: self.dropped(JobStream::Stdout).await?.flatten(),
+            stderr_dropped: self.dropped(JobStream::Stderr).await?.flatten(),
+        })
+    }
+
+    /// `None` while the stream's spooler runs; then what it dropped, if anything.
+    async fn dropped(&self, stream: JobStream) -> Result<Option<Option<JobDrop>>> {
+        let record = self
+            .record(&format!("{}.drop", stream.name()))
+            .await?
+            .as_deref()
+            .and_then(DropRecord::parse);
+        let Some(record) = record else {
+            return Ok(None);
+        };
+        if record.head_status != 0 {
+            let message = self
+                .record(&format!("{}.err", stream.name()))
+                .await?
+                .map(|bytes| trimmed(&bytes))
+                .filter(|text| !text.is_empty())
+                .unwrap_or_else(|| format!("exit status {}", record.head_status));
+            return Ok(Some(Some(JobDrop {
+                bytes: record.dropped,
+                reason: JobDropReason::WriteFailed { message },
+            })));
+        }
+        Ok(Some((record.dropped > 0).then_some(JobDrop {
+            bytes: record.dropped,
+            reason: JobDropReason::SpoolCap { cap: record.cap },
+        })))
+    }
+
+    /// Reads up to `max` bytes of `stream` from `offset`. Consumes nothing: the same read
+    /// returns the same bytes, from any client. `eof` is set once the stream has ended and
+    /// `next_offset` is its end.
+    ///
+    /// # Errors
+    /// [`Error::JobNotFound`] once it was removed; connection errors.
+    ///
+    /// # Cancel safety
+    /// Only reads; dropping the future leaves nothing behind.
+    pub async fn read(&self, stream: JobStream, offset: u64, max: u64) -> Result<JobOutput> {
+        // The end is known before the bytes are read: once the spooler wrote `.drop`, the
+        // file no longer changes, so a short read after it is the true end.
+        let ended = self.dropped(stream).await?;
+        let bytes = self
+            .executor
+            .read_range(&self.dir.join(stream.name()), offset, max)
+            .await?
+            .ok_or_else(|| self.not_found())?;
+        let next_offset = offset + bytes.len() as u64;
+        let eof = ended.is_some() && (bytes.len() as u64) < max.max(1);
+        Ok(JobOutput {
+            bytes: Bytes::from(bytes),
+            next_offset,
+            eof,
+            dropped: if eof { ended.flatten() } else { None },
+        })
+    }
+
+    /// Live output from `cursor` until both streams have ended, as [`OutputChunk`]s (stdout
+    /// and stderr interleaved by poll, each in exact order). Polls the spool files, from
+    /// every 50 ms while output flows to every second when idle. If a stream dropped output
+    /// (spool cap, full disk), the last item is [`Error::JobOutputDropped`].
+    ///
+    /// # Cancel safety
+    /// Dropping the stream stops following; the job and its output stay. The caller tracks
+    /// the offsets (the chunks' lengths) to continue later.
+    pub fn follow(&self, cursor: JobCursor) -> BoxStream<'static, Result<OutputChunk>> {
+        struct Follow {
+            job: Job,
+            cursor: JobCursor,
+            idle: Duration,
+            pending: std::collections::VecDeque<Result<OutputChunk>>,
+            drops: Vec<Result<OutputChunk>>,
+            done: [bool; 2],
+            finished: bool,
+        }
+        let state = Follow {
+            job: self.clone(),
+            cursor,
+            idle: Duration::ZERO,
+            pending: std::collections::VecDeque::new(),
+            drops: Vec::new(),
+            done: [false; 2],
+            finished: false,
+        };
+        stream::unfold(state, |mut state| async move {
+            loop {
+                if let Some(item) = state.pending.pop_front() {
+                    return Some((item, state));
+                }
+                if state.finished {
+                    return None;
+                }
+                if !state.idle.is_zero() {
+                    tokio::time::sleep(state.idle).await;
+                }
+                let mut got = false;
+                for (index, stream) in [JobStream::Stdout, JobStream::Stderr]
+                    .into_iter()
+                    .enumerate()
+                {
+                    if state.done[index] {
+                        continue;
+                    }
+                    let offset = match stream {
+                        JobStream::Stdout => &mut state.cursor.stdout,
+                        JobStream::Stderr => &mut state.cursor.stderr,
+                    };
+                    let output = match state.job.read(stream, *offset, 1 << 20).await {
+                        Ok(output) => output,
+                        Err(error) => {
+                            state.finished = true;
+                            state.pending.push_back(Err(error));
+                            break;
+                        }
+                    };
+                    *offset = output.next_offset;
+                    if !output.bytes.is_empty() {
+                        got = true;
+                        state.pending.push_back(Ok(match stream {
+                            JobStream::Stdout => OutputChunk::Stdout(output.bytes),
+                            JobStream::Stderr => OutputChunk::Stderr(output.bytes),
+                        }));
+                    }
+                    if output.eof {
+                        state.done[index] = true;
+                        if let Some(dropped) = output.dropped {
+                            state.drops.push(Err(Error::JobOutputDropped {
+                                host: state.job.executor.inner.config.host.clone(),
+                                id: state.job.id.clone(),
+                                stream: stream.name(),
+                                bytes: dropped.bytes,
+                                reason: dropped.reason.to_string(),
+                            }));
+                        }
+                    }
+                }
+                if state.done == [true, true] {
+                    // The drop errors come last, after every spooled byte of both streams.
+                    state.finished = true;
+                    state.pending.extend(state.drops.drain(..));
+                }
+                state.idle = if got {
+                    Duration::ZERO
+                } else {
+                    (state.idle * 2).clamp(Duration::from_millis(50), Duration::from_secs(1))
+                };
+            }
+        })
+        .boxed()
+    }
+
+    /// Waits up to `timeout` for the job to end and returns its status (still
+    /// [`Running`](JobStatus::Running) when the time ran out). Polls from every 20 ms to every
+    /// 500 ms.
+    ///
+    /// # Errors
+    /// As [`status`](Self::status).
+    ///
+    /// # Cancel safety
+    /// Only reads; dropping the future leaves nothing behind.
+    pub async fn wait(&self, timeout: Duration) -> Result<JobStatus> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut pause = Duration::from_millis(20);
+        loop {
+            let status = self.status().await?;
+            let now = tokio::time::Instant::now();
+            if status.is_finished() || now >= deadline {
+                return Ok(status);
+            }
+            tokio::time::sleep(pause.min(deadline - now)).await;
+            pause = (pause * 2).min(Duration::from_millis(500));
+        }
+    }
+
+    /// Kills the job's whole process group: `SIGTERM`, up to `grace` for the group to go,
+    /// then `SIGKILL`. Before signalling, the host checks that the recorded pid is still the
+    /// job's (same boot id, same process start time): a reused pid is never signalled.
+    /// Returns the status after the kill (waiting up to 5 s for the runner to record it).
+    /// A job that already ended is left alone.
+    ///
+    /// A process that called `setsid` itself has left the job's group and is not killed.
+    ///
+    /// # Errors
+    /// [`Error::JobPidReused`] (nothing was signalled), [`Error::JobNotFound`], connection
+    /// errors.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the group signalled with `SIGTERM` only; kill again.
+    pub async fn kill(&self, grace: Duration) -> Result<JobStatus> {
+        let (status, out) =
+            run_collect(&self.executor, &script::kill(&self.dir, grace), Vec::new()).await?;
+        let answer = trimmed(&out.stdout);
+        if !status.success() {
+            return Err(self.failed("kill", &out.stderr));
+        }
+        match answer.as_str() {
+            "reused" => {
+                let pid = self
+                    .record("pid")
+                    .await?
+                    .as_deref()
+                    .and_then(PidRecord::parse)
+                    .map_or(0, |pid| pid.pid);
+                Err(Error::JobPidReused {
+                    host: self.executor.inner.config.host.clone(),
+                    id: self.id.clone(),
+                    pid,
+                })
+            }
+            _ => self.wait(Duration::from_secs(5)).await,
+        }
+    }
+
+    /// Deletes the job's directory on the host (its spec, records and output).
+    ///
+    /// # Errors
+    /// [`Error::JobRunning`] while it runs or starts (kill it first), [`Error::JobNotFound`],
+    /// connection errors.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the directory removed or not.
+    pub async fn remove(&self) -> Result<()> {
+        if !self.status().await?.is_finished() {
+            return Err(Error::JobRunning {
+                host: self.executor.inner.config.host.clone(),
+                id: self.id.clone(),
+            });
+        }
+        let (status, out) =
+            run_collect(&self.executor, &script::remove(&self.dir), Vec::new()).await?;
+        if !status.success() {
+            return Err(self.failed("remove", &out.stderr));
+        }
+        Ok(())
+    }
+}
