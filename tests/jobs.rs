@@ -503,9 +503,16 @@ async fn the_spool_cap_drops_the_rest_with_a_clear_error() {
 
 #[tokio::test]
 async fn prune_removes_only_jobs_that_ended_long_enough_ago() {
-    let tb = testbed();
+    // Its own state directory (sshd's `SetEnv`): a prune takes every job of the account that
+    // ended long enough ago, and the other tests' finished jobs are not this test's to take.
+    let state = tempfile::tempdir().unwrap();
+    let tb = Testbed::builder()
+        .sshd_config_line(format!("SetEnv XDG_STATE_HOME={}", state.path().display()))
+        .start()
+        .unwrap();
     let ex = executor(&tb).await;
     let done = ex.spawn_job("true", JobOptions::new()).await.unwrap();
+    assert!(done.dir().starts_with(state.path()), "{:?}", done.dir());
     done.wait(Duration::from_secs(10)).await.unwrap();
     let running = ex.spawn_job("sleep 30", JobOptions::new()).await.unwrap();
     assert!(

@@ -356,9 +356,9 @@ impl TestbedBuilder {
     /// The SSH server to run.
     ///
     /// [`Server::Dropbear`] requires root (else [`start`](Self::start) fails with
-    /// [`TestbedError::NotRoot`]) and runs `/usr/sbin/dropbear -F -E -e -m -s -P
-    /// <dir>/dropbear.pid -r <dir>/dropbear_ed25519_host_key -p 127.0.0.1:<port>` with a
-    /// fresh ed25519 host key made by `dropbearkey`. Dropbear only reads
+    /// [`TestbedError::NotRoot`]) and runs
+    /// `/usr/sbin/dropbear -F -E -e -m -s -P DIR/dropbear.pid -r DIR/dropbear_ed25519_host_key -p 127.0.0.1:PORT`
+    /// (DIR being the testbed's directory) with a fresh ed25519 host key made by `dropbearkey`. Dropbear only reads
     /// `~/.ssh/authorized_keys` and cannot log in as root without editing root's, so it
     /// never logs in as root: it logs in as the [login shell](Self::login_shell) account
     /// if one is set, otherwise as [`UNPRIVILEGED_USER`] (as if

@@ -344,11 +344,14 @@ fn freeze_makes_a_silent_peer_and_thaw_resumes() {
         .set_read_timeout(Some(Duration::from_millis(300)))
         .unwrap();
     let mut buf = [0u8; 64];
-    let err = stream.read(&mut buf).unwrap_err();
-    assert!(matches!(
-        err.kind(),
-        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-    ));
+    let err = read_restarting(&mut stream, &mut buf).unwrap_err();
+    assert!(
+        matches!(
+            err.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+        "{err:?}"
+    );
 
     // The existing session does not answer either.
     {
@@ -367,10 +370,22 @@ fn freeze_makes_a_silent_peer_and_thaw_resumes() {
     stream
         .set_read_timeout(Some(Duration::from_secs(5)))
         .unwrap();
-    let n = stream.read(&mut buf).unwrap();
+    let n = read_restarting(&mut stream, &mut buf).unwrap();
     assert!(buf[..n].starts_with(b"SSH-2.0-"));
     drop(stream);
     assert_ok(&testbed.run("true").unwrap());
+}
+
+/// `stream.read`, read again after EINTR: a read with a timeout (SO_RCVTIMEO) is never
+/// restarted after a signal handler ran (signal(7)), and other tests in this binary install
+/// tokio's SIGCHLD handler.
+fn read_restarting(stream: &mut std::net::TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        match stream.read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
 }
 
 #[test]
@@ -1295,12 +1310,19 @@ fn dropbear_restart_stop_freeze_and_thaw() {
         .set_read_timeout(Some(Duration::from_millis(300)))
         .unwrap();
     let mut buf = [0u8; 64];
-    assert!(stream.read(&mut buf).is_err());
+    let err = read_restarting(&mut stream, &mut buf).unwrap_err();
+    assert!(
+        matches!(
+            err.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+        "{err:?}"
+    );
     testbed.thaw().unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(5)))
         .unwrap();
-    let n = stream.read(&mut buf).unwrap();
+    let n = read_restarting(&mut stream, &mut buf).unwrap();
     assert!(buf[..n].starts_with(b"SSH-2.0-dropbear"), "{:?}", &buf[..n]);
     drop(stream);
     assert_ok(&testbed.run("true").unwrap());
