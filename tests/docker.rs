@@ -20,12 +20,13 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::differential::{self, ExpectedDifference, Outcome, cases, seed};
+use common::{
+    differential::{self, ExpectedDifference, Outcome, cases, seed},
+    docker_builder,
+};
 use futures::StreamExt;
 use swiftide_core::{Command, CommandError, ToolExecutor};
-use swiftide_ssh_executor::{
-    Error, ExitStatus, Fleet, FleetEvent, HostResult, SshExecutor, SshExecutorBuilder,
-};
+use swiftide_ssh_executor::{Error, ExitStatus, Fleet, FleetEvent, HostResult};
 use swiftide_ssh_testbed::{DockerImage, DockerTestbed, DockerTestbedBuilder};
 
 /// Returns from the test (after printing why) when Docker cannot be used, unless `CI` is
@@ -45,16 +46,6 @@ async fn start(builder: DockerTestbedBuilder) -> DockerTestbed {
         .await
         .unwrap()
         .unwrap_or_else(|e| panic!("cannot start the Docker testbed: {e}"))
-}
-
-/// An executor builder for `tb`: its key, strict host-key checking against its known_hosts.
-fn builder(tb: &DockerTestbed) -> SshExecutorBuilder {
-    SshExecutor::builder()
-        .host(tb.host())
-        .port(tb.port())
-        .user(tb.user())
-        .private_key_file(tb.private_key_path())
-        .known_hosts_file(tb.known_hosts_path())
 }
 
 fn image_name(image: DockerImage) -> &'static str {
@@ -104,7 +95,7 @@ async fn readme_example_runs_a_command_in_a_container() {
 async fn quickstart(image: DockerImage) {
     let name = image_name(image);
     let tb = start(DockerTestbed::builder().image(image)).await;
-    let ex = builder(&tb)
+    let ex = docker_builder(&tb)
         .workdir("/home/tester")
         .default_timeout(Some(Duration::from_secs(30)))
         .build()
@@ -266,7 +257,7 @@ async fn differential_table(image: DockerImage, expected: Vec<ExpectedDifference
         .unwrap();
     assert!(chmod.success());
     let tb = start(DockerTestbed::builder().image(image).mount(&dir)).await;
-    let (local, remote) = differential::executors(&dir, builder(&tb));
+    let (local, remote) = differential::executors(&dir, docker_builder(&tb));
     let remote = remote.build().await.unwrap();
     let mut cases = cases(&dir);
     // The environment plan without `printenv` (which BusyBox lacks, see above).
@@ -322,7 +313,7 @@ async fn files(image: DockerImage) {
         .unwrap();
     let dir = shared.path().to_path_buf();
     let tb = start(DockerTestbed::builder().image(image).mount(&dir)).await;
-    let ex = builder(&tb).workdir(&dir).build().await.unwrap();
+    let ex = docker_builder(&tb).workdir(&dir).build().await.unwrap();
 
     // Odd names, through ReadFile / WriteFile.
     let odd = "it's a \\ $HOME !x\nnew.txt";
@@ -495,7 +486,7 @@ async fn fleet_of_24_containers_with_faults_mid_run() {
     let mut members = Vec::new();
     for tb in &testbeds {
         members.push(
-            builder(tb)
+            docker_builder(tb)
                 .connect_timeout(Duration::from_secs(3))
                 .build()
                 .await
@@ -704,7 +695,7 @@ async fn fleet_rollout_over_containers_retries_refuses_and_trips() {
     .unwrap();
     let fleet = |testbeds: &[DockerTestbed]| {
         Fleet::named(testbeds.iter().enumerate().map(|(i, tb)| {
-            let mut b = builder(tb).connect_timeout(Duration::from_millis(500));
+            let mut b = docker_builder(tb).connect_timeout(Duration::from_millis(500));
             if i == 3 {
                 b = b.known_hosts_file(&wrong);
             }

@@ -9,7 +9,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{builder, executor, remote_processes, testbed, token, wait_until_gone};
+use common::{
+    builder, docker_builder, executor, remote_processes, testbed, token, wait_until_gone,
+};
 use futures::StreamExt;
 use swiftide_ssh_executor::{
     Error, ExitStatus, Job, JobCursor, JobDropReason, JobEndCause, JobOptions, JobStatus,
@@ -663,17 +665,6 @@ async fn docker_start(
     .await
     .unwrap()
     .unwrap_or_else(|e| panic!("cannot start the Docker testbed: {e}"))
-}
-
-fn docker_builder(
-    tb: &swiftide_ssh_testbed::DockerTestbed,
-) -> swiftide_ssh_executor::SshExecutorBuilder {
-    SshExecutor::builder()
-        .host(tb.host())
-        .port(tb.port())
-        .user(tb.user())
-        .private_key_file(tb.private_key_path())
-        .known_hosts_file(tb.known_hosts_path())
 }
 
 /// In a container: the life of a job, a kill, then a job that lives through a network

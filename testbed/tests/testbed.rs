@@ -338,20 +338,8 @@ fn freeze_makes_a_silent_peer_and_thaw_resumes() {
     }
 
     // A new connection gets no banner while frozen.
-    let mut stream =
-        std::net::TcpStream::connect((testbed.host().as_str(), testbed.port())).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_millis(300)))
-        .unwrap();
+    let mut stream = connect_without_banner(&testbed);
     let mut buf = [0u8; 64];
-    let err = read_restarting(&mut stream, &mut buf).unwrap_err();
-    assert!(
-        matches!(
-            err.kind(),
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-        ),
-        "{err:?}"
-    );
 
     // The existing session does not answer either.
     {
@@ -374,6 +362,24 @@ fn freeze_makes_a_silent_peer_and_thaw_resumes() {
     assert!(buf[..n].starts_with(b"SSH-2.0-"));
     drop(stream);
     assert_ok(&testbed.run("true").unwrap());
+}
+
+/// A new TCP connection to `testbed`, checked to get no banner within 300 ms.
+fn connect_without_banner(testbed: &Testbed) -> std::net::TcpStream {
+    let mut stream =
+        std::net::TcpStream::connect((testbed.host().as_str(), testbed.port())).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let err = read_restarting(&mut stream, &mut [0u8; 64]).unwrap_err();
+    assert!(
+        matches!(
+            err.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+        "{err:?}"
+    );
+    stream
 }
 
 /// `stream.read`, read again after EINTR: a read with a timeout (SO_RCVTIMEO) is never
@@ -1304,20 +1310,8 @@ fn dropbear_restart_stop_freeze_and_thaw() {
 
     // freeze: no banner for new connections; thaw: it arrives.
     testbed.freeze().unwrap();
-    let mut stream =
-        std::net::TcpStream::connect((testbed.host().as_str(), testbed.port())).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_millis(300)))
-        .unwrap();
+    let mut stream = connect_without_banner(&testbed);
     let mut buf = [0u8; 64];
-    let err = read_restarting(&mut stream, &mut buf).unwrap_err();
-    assert!(
-        matches!(
-            err.kind(),
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-        ),
-        "{err:?}"
-    );
     testbed.thaw().unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(5)))

@@ -9,7 +9,7 @@ mod processes;
 pub use processes::{remote_processes, token, wait_until_gone};
 
 use swiftide_ssh_executor::{Execution, SshExecutor, SshExecutorBuilder};
-use swiftide_ssh_testbed::Testbed;
+use swiftide_ssh_testbed::{DockerTestbed, Testbed};
 
 pub fn testbed() -> Testbed {
     Testbed::start().unwrap_or_else(|e| panic!("cannot start the sshd testbed: {e}"))
@@ -24,6 +24,17 @@ pub fn unprivileged_testbed() -> Testbed {
 
 /// A builder for `testbed` with key auth and strict host-key checking.
 pub fn builder(testbed: &Testbed) -> SshExecutorBuilder {
+    SshExecutor::builder()
+        .host(testbed.host())
+        .port(testbed.port())
+        .user(testbed.user())
+        .private_key_file(testbed.private_key_path())
+        .known_hosts_file(testbed.known_hosts_path())
+}
+
+/// An executor builder for a Docker testbed: its key, strict host-key checking against its
+/// known_hosts.
+pub fn docker_builder(testbed: &DockerTestbed) -> SshExecutorBuilder {
     SshExecutor::builder()
         .host(testbed.host())
         .port(testbed.port())
