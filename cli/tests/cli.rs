@@ -523,7 +523,18 @@ fn push_and_pull_a_tree_with_odd_names_and_a_failing_host() {
 
 #[test]
 fn jobs_start_on_every_host_and_are_collected_by_id() {
-    let beds = [testbed(), testbed()];
+    // The testbeds share one file system: each gets a state directory of its own, as
+    // separate machines have, or both would find the same job by its id.
+    let states: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let beds: Vec<Testbed> = states
+        .iter()
+        .map(|state| {
+            Testbed::builder()
+                .sshd_config_line(format!("SetEnv XDG_STATE_HOME={}", state.path().display()))
+                .start()
+                .unwrap_or_else(|e| panic!("cannot start the sshd testbed: {e}"))
+        })
+        .collect();
     let hosts = Hosts::new(&[("web1", &beds[0]), ("web2", &beds[1])], false);
     let id = format!("cli-test-{}", std::process::id());
     let command = format!(
