@@ -174,7 +174,8 @@ struct FleetArgs {
 #[command(next_help_heading = "Hosts")]
 struct HostArgs {
     /// Target hosts as a node set: `web[01-20]`, `db[1-3,7]`, `web[1-20]!web7`, `a,b` (a
-    /// name may be an ~/.ssh/config alias or an inventory host); repeatable.
+    /// name may be an ~/.ssh/config alias or an inventory host), or `^FILE` (pdsh: the
+    /// hosts listed in FILE); repeatable.
     #[arg(short = 'w', value_name = "NODESET")]
     nodes: Vec<String>,
     /// Exclude these hosts (a node set); repeatable.
@@ -369,7 +370,11 @@ impl FleetArgs {
         let hosts = &self.hosts;
         let mut names = Vec::new();
         for nodes in &hosts.nodes {
-            names.extend(expand_nodeset(nodes)?);
+            // pdsh's `-w ^FILE`: the hosts listed in FILE.
+            match nodes.strip_prefix('^') {
+                Some(file) => names.extend(read_hosts_file(Path::new(file))?),
+                None => names.extend(expand_nodeset(nodes)?),
+            }
         }
         for pattern in &hosts.groups {
             let inventory = inventory.ok_or_else(|| Usage("-g needs an inventory (-i)".into()))?;
@@ -384,10 +389,9 @@ impl FleetArgs {
         }
         if let Some(file) = &hosts.hosts_file {
             let listed = read_hosts_file(file)?;
-            if hosts.nodes.is_empty() && hosts.groups.is_empty() && inventory.is_none() {
-                names = listed;
-            } else if hosts.nodes.is_empty() && hosts.groups.is_empty() {
-                // An inventory and a host file: the file's hosts, looked up in the inventory.
+            if hosts.nodes.is_empty() && hosts.groups.is_empty() {
+                // Alone (or with only an inventory, where its names are looked up): the
+                // file's hosts.
                 names = listed;
             } else {
                 let keep: HashSet<String> = listed.into_iter().collect();

@@ -272,6 +272,11 @@ fn run_live_folded_json_failed_hosts_batches_and_shards() {
         (Some("dead"), Some(2))
     );
     assert_eq!(out.status.code(), Some(4));
+    // pdsh's `-w ^FILE` reads the same file.
+    let caret = format!("^{}", failed.display());
+    let out = hosts.run(&["run"], &["-w", &caret, "--json", "true"]);
+    assert_eq!(records(&out).len(), 1);
+    assert_eq!(status_of(&records(&out), "dead"), "unreachable");
 
     // Batches with a threshold: the unreachable host of the first batch stops the rollout,
     // the others are reported as skipped, not missing; exit 6.
