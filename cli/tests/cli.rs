@@ -394,7 +394,11 @@ fn push_and_pull_a_tree_with_odd_names_and_a_failing_host() {
     // A root-owned directory the unprivileged host cannot write to.
     let remote = tempfile::tempdir().unwrap();
     std::fs::set_permissions(remote.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let dest = remote.path().join("deployed");
+    // DEST ends in `/`: the tree lands in DEST/tree (all testbeds share one file system, so
+    // without it the second host could find the directory the first one just made).
+    let deployed = remote.path().join("deployed");
+    let dest_arg = format!("{}/", deployed.display());
+    let dest = deployed.join("tree");
     let out = hosts.run(
         &["push"],
         &[
@@ -402,7 +406,7 @@ fn push_and_pull_a_tree_with_odd_names_and_a_failing_host() {
             "web[1-2],nopriv,dead",
             "--json",
             source.to_str().unwrap(),
-            dest.to_str().unwrap(),
+            &dest_arg,
         ],
     );
     let pushed = records(&out);
@@ -425,7 +429,6 @@ fn push_and_pull_a_tree_with_odd_names_and_a_failing_host() {
         "{nopriv}"
     );
     assert_eq!(out.status.code(), Some(4));
-    // `dest` did not exist: the tree was copied to it, not into it.
     for (path, content, want) in &files {
         let copy = dest.join(path);
         assert_eq!(&std::fs::read(&copy).unwrap(), content, "{path:?}");
@@ -491,14 +494,14 @@ fn push_and_pull_a_tree_with_odd_names_and_a_failing_host() {
     assert_eq!(out.status.code(), Some(4));
     for name in ["web1", "web2"] {
         for (path, content, want) in &files {
-            let copy = gathered.join(name).join("deployed").join(path);
+            let copy = gathered.join(name).join("tree").join(path);
             assert_eq!(&std::fs::read(&copy).unwrap(), content, "{copy:?}");
             // The symlink was followed on push: a file of the link's mode on the host.
             if path != Path::new("link") {
                 assert_eq!(mode(&copy), *want, "{copy:?}");
             }
         }
-        assert!(gathered.join(name).join("deployed/empty").is_dir());
+        assert!(gathered.join(name).join("tree/empty").is_dir());
     }
     assert!(!gathered.join("dead").exists());
 
