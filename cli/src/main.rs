@@ -69,7 +69,7 @@ enum Command {
     /// Copy a local file or directory to every host (pdcp, clush --copy): atomic per file,
     /// mode kept, sha256 checked on the host after the copy.
     ///
-    /// DEST that is an existing directory, or ends with `/`, receives DEST/<name of SOURCE>;
+    /// DEST that is an existing directory, or ends with `/`, receives `DEST/<name of SOURCE>`;
     /// otherwise SOURCE is copied to DEST itself.
     Push {
         #[command(flatten)]
@@ -79,7 +79,7 @@ enum Command {
         /// The remote path.
         dest: PathBuf,
     },
-    /// Copy a file or directory from every host into DEST/<host>/ (rpdcp, clush --rcopy
+    /// Copy a file or directory from every host into `DEST/<host>/` (rpdcp, clush --rcopy
     /// --dest), checked against its sha256 on the host.
     Pull {
         #[command(flatten)]
