@@ -493,7 +493,10 @@ impl FleetArgs {
             .into_iter()
             .map(|name| {
                 let host = inventory.as_ref().and_then(|i| i.host(&name));
-                let executor = self.builder(&name, &config, host.as_ref())?.build_lazy()?;
+                let executor = self
+                    .builder(&name, &config, host.as_ref())
+                    .and_then(|builder| Ok(builder.build_lazy()?))
+                    .map_err(|Usage(message)| Usage(format!("{name}: {message}")))?;
                 Ok((name, executor))
             })
             .collect::<Result<Vec<(String, SshExecutor)>, Usage>>()?;

@@ -338,6 +338,95 @@ fn run_live_folded_json_failed_hosts_batches_and_shards() {
     }
     covered.sort();
     assert_eq!(covered, ["web1", "web2", "web3"]);
+
+    // Ansible inventories, INI and YAML: groups, children, patterns, connection variables;
+    // the known_hosts files from the command line (the inventory's addresses have no ssh
+    // config block).
+    let var = |bed: &Testbed| {
+        format!(
+            "ansible_host={} ansible_port={} ansible_user={} ansible_ssh_private_key_file={}",
+            bed.host(),
+            bed.port(),
+            bed.user(),
+            bed.private_key_path().display()
+        )
+    };
+    let ini = hosts.path("inventory.ini");
+    std::fs::write(
+        &ini,
+        format!(
+            "[web]\nw1 {}\nw2 {}\n[db]\nd1 ansible_host=127.0.0.1 ansible_port={}\n\
+             [prod:children]\nweb\ndb\n",
+            var(&beds[0]),
+            var(&beds[1]),
+            dead_port()
+        ),
+    )
+    .unwrap();
+    let known: Vec<String> = beds
+        .iter()
+        .flat_map(|b| {
+            [
+                "--known-hosts".to_owned(),
+                b.known_hosts_path().display().to_string(),
+            ]
+        })
+        .collect();
+    let known: Vec<&str> = known.iter().map(String::as_str).collect();
+    let ini_arg = ini.to_str().unwrap();
+    let out = hosts.run(
+        &["run"],
+        &[
+            &["-i", ini_arg, "-g", "prod:!db", "-b"][..],
+            &known[..],
+            &["echo", "inv"],
+        ]
+        .concat(),
+    );
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("\nw[1-2] (2) ok\n"),
+        "{stdout}{}",
+        text(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let out = hosts.run(
+        &["run"],
+        &[&["-i", ini_arg, "--json"][..], &known[..], &["true"]].concat(),
+    );
+    let all = records(&out);
+    assert_eq!(all.len(), 3, "{all:?}");
+    assert_eq!(status_of(&all, "w2"), "ok");
+    assert_eq!(status_of(&all, "d1"), "unreachable");
+    assert_eq!(out.status.code(), Some(4));
+    let yaml = hosts.path("inventory.yml");
+    std::fs::write(
+        &yaml,
+        format!(
+            "all:\n  children:\n    web:\n      hosts:\n        y1:\n          ansible_host: {}\n          \
+             ansible_port: {}\n          ansible_user: {}\n          ansible_ssh_private_key_file: {}\n",
+            beds[2].host(),
+            beds[2].port(),
+            beds[2].user(),
+            beds[2].private_key_path().display()
+        ),
+    )
+    .unwrap();
+    let out = hosts.run(
+        &["run"],
+        &[
+            &["-i", yaml.to_str().unwrap(), "-g", "web"][..],
+            &known[..],
+            &["echo", "$SWIFTIDE_SSH_TESTBED_ID"],
+        ]
+        .concat(),
+    );
+    assert_eq!(
+        text(&out.stdout),
+        format!("y1: {}\n", beds[2].id()),
+        "{}",
+        text(&out.stderr)
+    );
     let files: Vec<&str> = shard_files.iter().map(|f| f.to_str().unwrap()).collect();
     let out = run(&[&["fold"][..], &files[..]].concat(), hosts.dir.path());
     let stdout = text(&out.stdout);
