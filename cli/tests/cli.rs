@@ -355,7 +355,7 @@ fn run_live_folded_json_failed_hosts_batches_and_shards() {
     std::fs::write(
         &ini,
         format!(
-            "[web]\nw1 {}\nw2 {}\n[db]\nd1 ansible_host=127.0.0.1 ansible_port={}\n\
+            "[web]\nw1 {}\nw2 {}\n[db]\nd1 ansible_host=127.0.0.1 ansible_port={} ansible_user=nobody\n\
              [prod:children]\nweb\ndb\n",
             var(&beds[0]),
             var(&beds[1]),
@@ -395,7 +395,7 @@ fn run_live_folded_json_failed_hosts_batches_and_shards() {
         &[&["-i", ini_arg, "--json"][..], &known[..], &["true"]].concat(),
     );
     let all = records(&out);
-    assert_eq!(all.len(), 3, "{all:?}");
+    assert_eq!(all.len(), 3, "{all:?} {}", text(&out.stderr));
     assert_eq!(status_of(&all, "w2"), "ok");
     assert_eq!(status_of(&all, "d1"), "unreachable");
     assert_eq!(out.status.code(), Some(4));
