@@ -163,3 +163,68 @@ async fn a_job_on_every_host_is_collected_by_its_id() {
     assert_eq!(execution.stdout(), b"hi\n");
     assert_eq!(execution.status, ExitStatus::Code(4));
 }
+
+/// A PATH with every tool of /usr/bin and /usr/sbin but `sha256sum` and `shasum`.
+fn path_without_digest_tools() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    for bin in ["/usr/bin", "/usr/sbin"] {
+        for entry in std::fs::read_dir(bin).unwrap() {
+            let entry = entry.unwrap();
+            let name = entry.file_name();
+            if name == "sha256sum" || name == "shasum" {
+                continue;
+            }
+            let _ = std::os::unix::fs::symlink(entry.path(), dir.path().join(&name));
+        }
+    }
+    dir
+}
+
+#[tokio::test]
+async fn a_host_without_sha256sum_is_verified_by_reading_back() {
+    let path = path_without_digest_tools();
+    let tb = swiftide_ssh_testbed::Testbed::builder()
+        .sshd_config_line(format!("SetEnv PATH={}", path.path().display()))
+        .start()
+        .unwrap();
+    let executor = builder(&tb).build_lazy().unwrap();
+    // The session really lacks the tools.
+    let probe = executor
+        .run("command -v sha256sum shasum; echo \"$PATH\"")
+        .await
+        .unwrap();
+    assert_eq!(
+        probe.stdout_lossy(),
+        format!("{}\n", path.path().display()),
+        "{probe:?}"
+    );
+    let fleet = Fleet::named([("bare".to_owned(), executor)]);
+    let local = tempfile::tempdir().unwrap();
+    let source = local.path().join("script.sh");
+    std::fs::write(&source, "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(&source, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let remote = tempfile::tempdir().unwrap();
+    let dest = remote.path().join("script.sh");
+    let report = fleet.push(&source, &dest, |_| {}).await.unwrap();
+    let line = report.results[0].outcome.as_ref().unwrap().stdout_lossy();
+    assert!(
+        line.ends_with("sha256 verified by reading back (no sha256sum or shasum on the host)\n"),
+        "{line}"
+    );
+    assert_eq!(report.exit_code(), 0);
+    assert_eq!(
+        std::fs::metadata(&dest).unwrap().permissions().mode() & 0o7777,
+        0o755
+    );
+    let report = fleet.pull(&dest, &local.path().join("back"), |_| {}).await;
+    let line = report.results[0].outcome.as_ref().unwrap().stdout_lossy();
+    assert!(
+        line.contains("not verified on the host (no sha256sum or shasum)"),
+        "{line}"
+    );
+    assert_eq!(
+        std::fs::read(local.path().join("back/bare/script.sh")).unwrap(),
+        b"#!/bin/sh\n"
+    );
+}
