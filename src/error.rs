@@ -441,6 +441,32 @@ pub enum Error {
     /// The executor was closed with [`SshExecutor::close`](crate::SshExecutor::close).
     #[error("the executor is closed")]
     Closed,
+
+    /// A file copied to or from a host ([`Fleet::push`](crate::Fleet::push),
+    /// [`Fleet::pull`](crate::Fleet::pull)) does not have the content that was sent: its
+    /// SHA-256 after the copy differs from the source's.
+    #[error("{path} on {host}: sha256 {actual} after the copy, expected {expected}")]
+    ChecksumMismatch {
+        /// The host.
+        host: String,
+        /// The remote path, lossily decoded.
+        path: String,
+        /// The source's digest (hex).
+        expected: String,
+        /// The copy's digest (hex).
+        actual: String,
+    },
+
+    /// A local file of a copy could not be read or written.
+    #[error("local {operation} {}", path.display())]
+    LocalFile {
+        /// What was done (`read`, `write`, `create directory`, ...).
+        operation: &'static str,
+        /// The local path.
+        path: std::path::PathBuf,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
 }
 
 /// The SFTP status codes a failed file operation can carry.

@@ -103,7 +103,8 @@ pub use error::{Error, Phase, Result, SftpStatus};
 pub use executor::{ExecOptions, SshExecutor};
 pub use files::{DirEntry, FileMetadata, FileType};
 pub use fleet::{
-    Fleet, FleetEvent, FleetReport, FleetSummary, HostRecord, HostResult, HostStatus, Inventory,
+    Fleet, FleetEvent, FleetJobStates, FleetJobs, FleetReport, FleetSummary, HostRecord,
+    HostResult, HostStatus, Inventory,
 };
 pub use jobs::{
     DEFAULT_SPOOL_CAP, Job, JobCursor, JobDrop, JobDropReason, JobEndCause, JobInfo, JobOptions,

@@ -109,11 +109,13 @@ fn link_target(link: &str, target: &str) -> String {
 
 impl SshExecutor {
     /// The write of [`SshExecutor::write_file_bytes`] on `channel`, for a resolved `path`.
+    /// `mode` replaces the permission bits the file would get (the old file's, or 0644).
     pub(crate) async fn write_atomic(
         &self,
         channel: &Arc<SftpChannel>,
         path: &Path,
         content: &[u8],
+        mode: Option<u32>,
     ) -> Result<()> {
         let text = sftp_path(path)?;
         // The first lstat of the target and the open of a temporary file next to it go out
@@ -129,7 +131,7 @@ impl SshExecutor {
         let target = match self.write_target(channel, text, first_lstat).await? {
             Some(target) => target,
             // A link pointing to a name SFTP cannot carry: let the shell follow it.
-            None => return exec_fallback::write_via_exec(self, path, content).await,
+            None => return exec_fallback::write_via_exec(self, path, content, mode).await,
         };
         if target
             .existing
@@ -173,7 +175,9 @@ impl SshExecutor {
             }
         };
         let existing = target.existing.as_ref();
-        let mode = existing.and_then(|a| a.permissions).unwrap_or(0o644);
+        let mode = mode
+            .or_else(|| existing.and_then(|a| a.permissions))
+            .unwrap_or(0o644);
         let owner = existing.and_then(|a| a.uid.zip(a.gid));
         channel
             .fill_and_close(file, content, mode, owner)

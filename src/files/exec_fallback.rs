@@ -151,8 +151,9 @@ pub(crate) async fn dir_names_via_exec(
 }
 
 /// The atomic write as a script: follow symlinks, refuse directories, `cat` stdin into a
-/// private temporary file next to the target, copy the old mode (or 0644), `mv` it over.
-fn write_script(path: &Path, nonce: u64) -> Result<Vec<u8>> {
+/// private temporary file next to the target, give it `mode` (else the old mode, or 0644),
+/// `mv` it over.
+fn write_script(path: &Path, nonce: u64, mode: Option<u32>) -> Result<Vec<u8>> {
     let mut script = b"t=".to_vec();
     script.extend_from_slice(&quoted_path(path)?);
     script.push(b'\n');
@@ -178,10 +179,14 @@ if [ -d "$t" ]; then echo "write: {isdir}" >&2; exit 1; fi
 tmp=${{t%/*}}/.${{t##*/}}.swiftide-{nonce:016x}.tmp
 trap 'rm -f -- "$tmp"' EXIT
 (umask 077 && exec cat > "$tmp") || exit 1
-if [ -e "$t" ]; then m=$(stat -c %a -- "$t") && chmod "$m" "$tmp" || exit 1
-else chmod 644 "$tmp" || exit 1; fi
-mv -f -- "$tmp" "$t" || exit 1
+{chmod}mv -f -- "$tmp" "$t" || exit 1
 "#,
+            chmod = match mode {
+                Some(mode) => format!("chmod {:o} \"$tmp\" || exit 1\n", mode & 0o7777),
+                None => "if [ -e \"$t\" ]; then m=$(stat -c %a -- \"$t\") && chmod \"$m\" \"$tmp\" || exit 1\n\
+                         else chmod 644 \"$tmp\" || exit 1; fi\n"
+                    .to_owned(),
+            },
             loop = os_error_reason(ELOOP),
             isdir = os_error_reason(EISDIR),
         )
@@ -191,13 +196,15 @@ mv -f -- "$tmp" "$t" || exit 1
 }
 
 /// Writes a file atomically with a shell script, the content on stdin (for paths SFTP cannot
-/// carry). The existing owner is not kept.
+/// carry). The existing owner is not kept; `mode` as for
+/// [`write_atomic`](SshExecutor::write_atomic).
 pub(crate) async fn write_via_exec(
     executor: &SshExecutor,
     path: &Path,
     content: &[u8],
+    mode: Option<u32>,
 ) -> Result<()> {
-    let script = write_script(path, rand::random())?;
+    let script = write_script(path, rand::random(), mode)?;
     run_file_script(executor, "write", path, &script, content.to_vec())
         .await
         .map(drop)

@@ -14,10 +14,10 @@ mod remote_fs;
 mod sftp;
 mod stream_files;
 
-/// For jobs and the adapters' remote search.
-pub(crate) use own_script::run_collect;
 /// For the adapters' remote search.
 #[cfg(any(feature = "agent-sdk", feature = "bamboo"))]
-pub(crate) use own_script::{option_safe, quoted_path};
+pub(crate) use own_script::option_safe;
+/// For jobs, fleet copies (the remote checksums) and the adapters' remote search.
+pub(crate) use own_script::{quoted_path, run_collect};
 pub use remote_fs::{DirEntry, FileMetadata, FileType};
 pub(crate) use stream_files::{LoadedFile, walk_files};

@@ -350,18 +350,30 @@ impl SshExecutor {
         err(level = "debug")
     )]
     pub(crate) async fn write_resolved(&self, path: &Path, content: &[u8]) -> Result<()> {
+        self.write_resolved_mode(path, content, None).await
+    }
+
+    /// [`write_resolved`](Self::write_resolved) with the new file's permission bits given
+    /// (`None`: the old file's, or 0644), for fleet pushes that keep the local mode. The
+    /// in-place fallback (a directory that refuses the temporary file) keeps the old mode.
+    pub(crate) async fn write_resolved_mode(
+        &self,
+        path: &Path,
+        content: &[u8],
+        mode: Option<u32>,
+    ) -> Result<()> {
         if path.to_str().is_none() {
-            return exec_fallback::write_via_exec(self, path, content).await;
+            return exec_fallback::write_via_exec(self, path, content, mode).await;
         }
         sftp_path(path)?;
         let result = self
             .with_sftp(Retry::Idempotent, |channel| async move {
-                self.write_atomic(&channel, path, content).await
+                self.write_atomic(&channel, path, content, mode).await
             })
             .await;
         match result {
             Err(Error::SftpUnavailable { .. }) => {
-                exec_fallback::write_via_exec(self, path, content).await
+                exec_fallback::write_via_exec(self, path, content, mode).await
             }
             other => other,
         }

@@ -1,7 +1,8 @@
 //! Running one command on many hosts, the way operators run fleets: hosts chosen by node
 //! set, Ansible inventory, `~/.ssh/config` alias or failed-hosts file ([`inventory`],
 //! [`nodeset`]); rolling batches with failure thresholds and fail-fast ([`batch`]); retries
-//! of unreachable hosts only; live output per host, in whole lines ([`live`]); every host classified ([`HostStatus`]),
+//! of unreachable hosts only; live output per host, in whole lines ([`live`]); files pushed
+//! to and pulled from every host ([`copy`]); one job on every host ([`jobs`]); every host classified ([`HostStatus`]),
 //! folded like `clush -b` ([`fold`]), and recorded as JSON with an exit-code policy
 //! ([`record`]).
 //!
@@ -9,8 +10,11 @@
 //! others.
 
 pub mod batch;
+pub mod copy;
+mod each;
 pub mod fold;
 pub mod inventory;
+pub mod jobs;
 pub mod live;
 pub mod nodeset;
 pub mod record;
@@ -30,6 +34,7 @@ use tokio::sync::mpsc;
 pub use batch::{BatchSize, Batches, Thresholds};
 pub use fold::{FoldedGroup, fold_records};
 pub use inventory::{Inventory, InventoryHost};
+pub use jobs::{FleetJobStates, FleetJobs};
 pub use live::{LiveLine, LiveLines};
 pub use nodeset::{expand_nodeset, fold_nodeset};
 pub use record::{

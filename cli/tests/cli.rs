@@ -1,0 +1,720 @@
+//! The `swiftide-ssh` binary end to end, against several real sshd testbeds named by a
+//! generated ssh config (`web1`, `web2`, ... and `dead`, a port nobody listens on): node
+//! sets and exclusions, live and folded output, JSON records, failed-hosts files read back,
+//! batches with a threshold that trips on an unreachable host, shards merged by `fold`,
+//! push and pull of a tree with odd names and modes, and jobs started and collected by id.
+
+use std::{
+    os::unix::fs::PermissionsExt,
+    path::{Path, PathBuf},
+    process::{Command, Output, Stdio},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use swiftide_ssh_testbed::Testbed;
+
+const BINARY: &str = env!("CARGO_BIN_EXE_swiftide-ssh");
+
+fn testbed() -> Testbed {
+    Testbed::start().unwrap_or_else(|e| panic!("cannot start the sshd testbed: {e}"))
+}
+
+fn unprivileged_testbed() -> Testbed {
+    Testbed::builder()
+        .unprivileged_user()
+        .start()
+        .unwrap_or_else(|e| panic!("cannot start the unprivileged sshd testbed: {e}"))
+}
+
+/// A port nobody listens on.
+fn dead_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// Hosts named in an ssh config of their own.
+struct Hosts {
+    dir: tempfile::TempDir,
+    config: PathBuf,
+}
+
+impl Hosts {
+    /// `names[i]` is testbed `beds[i]`; `dead` (when asked) is an address that refuses.
+    fn new(named: &[(&str, &Testbed)], dead: bool) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut text = String::new();
+        for (name, bed) in named {
+            text.push_str(&format!(
+                "Host {name}\n  HostName {}\n  Port {}\n  User {}\n  IdentityFile {}\n  \
+                 IdentitiesOnly yes\n  UserKnownHostsFile {}\n",
+                bed.host(),
+                bed.port(),
+                bed.user(),
+                bed.private_key_path().display(),
+                bed.known_hosts_path().display()
+            ));
+        }
+        if dead {
+            let (_, bed) = named[0];
+            text.push_str(&format!(
+                "Host dead\n  HostName 127.0.0.1\n  Port {}\n  User nobody\n  IdentityFile {}\n  \
+                 IdentitiesOnly yes\n  UserKnownHostsFile {}\n",
+                dead_port(),
+                bed.private_key_path().display(),
+                bed.known_hosts_path().display()
+            ));
+        }
+        let config = dir.path().join("ssh_config");
+        std::fs::write(&config, text).unwrap();
+        Hosts { dir, config }
+    }
+
+    /// Runs the binary with `args` after the subcommand's words and `-F config`.
+    fn run(&self, words: &[&str], args: &[&str]) -> Output {
+        let config = self.config.to_str().unwrap();
+        let mut all: Vec<&str> = words.to_vec();
+        all.extend(["-F", config, "-t", "5"]);
+        all.extend(args);
+        run(&all, self.dir.path())
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+/// Runs the binary (stdin closed, HOME and the agent out of the way) and returns its output.
+fn run(args: &[&str], home: &Path) -> Output {
+    Command::new(BINARY)
+        .args(args)
+        .env("HOME", home)
+        .env_remove("SSH_AUTH_SOCK")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn records(out: &Output) -> Vec<Value> {
+    text(&out.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect()
+}
+
+fn status_of<'a>(records: &'a [Value], host: &str) -> &'a str {
+    records
+        .iter()
+        .find(|r| r["host"] == host)
+        .and_then(|r| r["status"].as_str())
+        .unwrap_or_else(|| panic!("no record for {host}: {records:?}"))
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let home = tempfile::tempdir().unwrap();
+    let help = run(&["--help"], home.path());
+    assert!(help.status.success());
+    let help = text(&help.stdout);
+    for word in ["run", "push", "pull", "job", "fold", "Exit codes"] {
+        assert!(help.contains(word), "{help}");
+    }
+    let run_help = text(&run(&["run", "--help"], home.path()).stdout);
+    for flag in [
+        "-w <NODESET>",
+        "-x <NODESET>",
+        "--inventory <FILE>",
+        "--group <PATTERN>",
+        "--hosts-file <FILE>",
+        "--shard <K/N>",
+        "--fanout <N>",
+        "--batch <SIZES>",
+        "--max-fail-percentage <P>",
+        "--fail-fast",
+        "--retries <N>",
+        "--fold",
+        "--json",
+        "--failed-hosts <FILE>",
+        "--accept-new",
+    ] {
+        assert!(
+            run_help.contains(flag),
+            "run --help lacks {flag}:\n{run_help}"
+        );
+    }
+    // No hosts, a bad node set, a bad shard, -g without an inventory.
+    for args in [
+        &["run", "true"][..],
+        &["run", "-w", "web[1-", "true"],
+        &["run", "-w", "a", "--shard", "2/2", "true"],
+        &["run", "-g", "web", "true"],
+    ] {
+        let out = run(args, home.path());
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn run_live_folded_json_failed_hosts_batches_and_shards() {
+    let beds = [testbed(), testbed(), testbed()];
+    let hosts = Hosts::new(
+        &[("web1", &beds[0]), ("web2", &beds[1]), ("web3", &beds[2])],
+        true,
+    );
+    let echo = ["echo", "hi", "$SWIFTIDE_SSH_TESTBED_ID"];
+
+    // Live, pdsh style: every line prefixed with its host; the dead host on stderr; exit 4.
+    let out = hosts.run(
+        &["run"],
+        &[&["-w", "web[1-3],dead"][..], &echo[..]].concat(),
+    );
+    let stdout = text(&out.stdout);
+    for (name, bed) in ["web1", "web2", "web3"].iter().zip(&beds) {
+        assert!(
+            stdout.contains(&format!("{name}: hi {}\n", bed.id())),
+            "{stdout}"
+        );
+    }
+    assert_eq!(stdout.lines().count(), 3, "{stdout}");
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("dead: unreachable"), "{stderr}");
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+
+    // Exclusions, in the node set and with -x.
+    let out = hosts.run(
+        &["run"],
+        &["-w", "web[1-3]!web2", "-x", "web3", "echo", "x"],
+    );
+    assert_eq!(text(&out.stdout), "web1: x\n");
+    assert_eq!(out.status.code(), Some(0));
+
+    // Folded, clush -b style: identical output and status under one node set.
+    let out = hosts.run(
+        &["run"],
+        &["-w", "web[1-3]", "-b", "echo", "same;", "exit", "0"],
+    );
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("\nweb[1-3] (3) ok\n"), "{stdout}");
+    assert!(stdout.contains("\nsame\n"), "{stdout}");
+    assert_eq!(out.status.code(), Some(0));
+    let out = hosts.run(
+        &["run"],
+        &[
+            "-w",
+            "web[1-3]",
+            "-b",
+            "[ \"$SWIFTIDE_SSH_TESTBED_ID\" = ",
+            beds[1].id(),
+            " ] && exit 3; echo fine",
+        ],
+    );
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("\nweb[1,3] (2) ok\n"), "{stdout}");
+    assert!(stdout.contains("\nweb2 (1) exit 3\n"), "{stdout}");
+    assert_eq!(out.status.code(), Some(1));
+    // -S: the largest remote exit code.
+    let out = hosts.run(&["run"], &["-w", "web[1-2]", "-S", "-b", "exit", "7"]);
+    assert_eq!(out.status.code(), Some(7));
+
+    // JSON records and the failed-hosts file; the file read back selects the failed host.
+    let failed = hosts.path("failed");
+    let out = hosts.run(
+        &["run"],
+        &[
+            "-w",
+            "web[1-3],dead",
+            "--json",
+            "--failed-hosts",
+            failed.to_str().unwrap(),
+            "echo",
+            "j",
+        ],
+    );
+    let all = records(&out);
+    assert_eq!(all.len(), 4, "{all:?}");
+    assert!(all.iter().all(|r| r["schema_version"] == 1));
+    assert_eq!(status_of(&all, "web2"), "ok");
+    assert_eq!(status_of(&all, "dead"), "unreachable");
+    let web1 = all.iter().find(|r| r["host"] == "web1").unwrap();
+    assert_eq!(web1["stdout"], "j\n");
+    assert_eq!(web1["exit_code"], 0);
+    let listed = std::fs::read_to_string(&failed).unwrap();
+    assert!(
+        listed.lines().any(|l| l == "dead") && !listed.contains("web"),
+        "{listed}"
+    );
+    let out = hosts.run(
+        &["run"],
+        &[
+            "--hosts-file",
+            failed.to_str().unwrap(),
+            "--json",
+            "--retries",
+            "1",
+            "--retry-backoff",
+            "0.1",
+            "true",
+        ],
+    );
+    let again = records(&out);
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert_eq!(
+        (again[0]["host"].as_str(), again[0]["attempts"].as_u64()),
+        (Some("dead"), Some(2))
+    );
+    assert_eq!(out.status.code(), Some(4));
+    // pdsh's `-w ^FILE` reads the same file.
+    let caret = format!("^{}", failed.display());
+    let out = hosts.run(&["run"], &["-w", &caret, "--json", "true"]);
+    assert_eq!(records(&out).len(), 1);
+    assert_eq!(status_of(&records(&out), "dead"), "unreachable");
+
+    // Batches with a threshold: the unreachable host of the first batch stops the rollout,
+    // the others are reported as skipped, not missing; exit 6.
+    let out = hosts.run(
+        &["run"],
+        &[
+            "-w",
+            "dead,web[1-3]",
+            "--batch",
+            "1,50%",
+            "--max-fail-percentage",
+            "0",
+            "--json",
+            "true",
+        ],
+    );
+    let rolled = records(&out);
+    assert_eq!(rolled.len(), 4, "{rolled:?}");
+    assert_eq!(status_of(&rolled, "dead"), "unreachable");
+    for name in ["web1", "web2", "web3"] {
+        assert_eq!(status_of(&rolled, name), "skipped");
+    }
+    assert_eq!(out.status.code(), Some(6));
+    // Fail-fast with a fanout of 1: the first failure keeps later hosts from starting.
+    let out = hosts.run(
+        &["run"],
+        &[
+            "-w",
+            "web1,dead,web[2-3]",
+            "-f",
+            "1",
+            "-k",
+            "--json",
+            "true",
+        ],
+    );
+    let fast = records(&out);
+    assert_eq!(status_of(&fast, "web1"), "ok");
+    assert_eq!(status_of(&fast, "web3"), "skipped");
+
+    // Two shards cover every host once; fold merges their records into one report.
+    let mut shard_files = Vec::new();
+    let mut covered = Vec::new();
+    for k in 0..2 {
+        let shard = format!("{k}/2");
+        let out = hosts.run(
+            &["run"],
+            &["-w", "web[1-3]", "--shard", &shard, "--json", "echo", "s"],
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        covered.extend(
+            records(&out)
+                .iter()
+                .map(|r| r["host"].as_str().unwrap().to_owned()),
+        );
+        let file = hosts.path(&format!("shard-{k}.jsonl"));
+        std::fs::write(&file, &out.stdout).unwrap();
+        shard_files.push(file);
+    }
+    covered.sort();
+    assert_eq!(covered, ["web1", "web2", "web3"]);
+
+    // Ansible inventories, INI and YAML: groups, children, patterns, connection variables;
+    // the known_hosts files from the command line (the inventory's addresses have no ssh
+    // config block).
+    let var = |bed: &Testbed| {
+        format!(
+            "ansible_host={} ansible_port={} ansible_user={} ansible_ssh_private_key_file={}",
+            bed.host(),
+            bed.port(),
+            bed.user(),
+            bed.private_key_path().display()
+        )
+    };
+    let ini = hosts.path("inventory.ini");
+    std::fs::write(
+        &ini,
+        format!(
+            "[web]\nw1 {}\nw2 {}\n[db]\nd1 ansible_host=127.0.0.1 ansible_port={} ansible_user=nobody\n\
+             [prod:children]\nweb\ndb\n",
+            var(&beds[0]),
+            var(&beds[1]),
+            dead_port()
+        ),
+    )
+    .unwrap();
+    let known: Vec<String> = beds
+        .iter()
+        .flat_map(|b| {
+            [
+                "--known-hosts".to_owned(),
+                b.known_hosts_path().display().to_string(),
+            ]
+        })
+        .collect();
+    let known: Vec<&str> = known.iter().map(String::as_str).collect();
+    let ini_arg = ini.to_str().unwrap();
+    let out = hosts.run(
+        &["run"],
+        &[
+            &["-i", ini_arg, "-g", "prod:!db", "-b"][..],
+            &known[..],
+            &["echo", "inv"],
+        ]
+        .concat(),
+    );
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("\nw[1-2] (2) ok\n"),
+        "{stdout}{}",
+        text(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let out = hosts.run(
+        &["run"],
+        &[&["-i", ini_arg, "--json"][..], &known[..], &["true"]].concat(),
+    );
+    let all = records(&out);
+    assert_eq!(all.len(), 3, "{all:?} {}", text(&out.stderr));
+    assert_eq!(status_of(&all, "w2"), "ok");
+    assert_eq!(status_of(&all, "d1"), "unreachable");
+    assert_eq!(out.status.code(), Some(4));
+    let yaml = hosts.path("inventory.yml");
+    std::fs::write(
+        &yaml,
+        format!(
+            "all:\n  children:\n    web:\n      hosts:\n        y1:\n          ansible_host: {}\n          \
+             ansible_port: {}\n          ansible_user: {}\n          ansible_ssh_private_key_file: {}\n",
+            beds[2].host(),
+            beds[2].port(),
+            beds[2].user(),
+            beds[2].private_key_path().display()
+        ),
+    )
+    .unwrap();
+    let out = hosts.run(
+        &["run"],
+        &[
+            &["-i", yaml.to_str().unwrap(), "-g", "web"][..],
+            &known[..],
+            &["echo", "$SWIFTIDE_SSH_TESTBED_ID"],
+        ]
+        .concat(),
+    );
+    assert_eq!(
+        text(&out.stdout),
+        format!("y1: {}\n", beds[2].id()),
+        "{}",
+        text(&out.stderr)
+    );
+    let files: Vec<&str> = shard_files.iter().map(|f| f.to_str().unwrap()).collect();
+    let out = run(&[&["fold"][..], &files[..]].concat(), hosts.dir.path());
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("\nweb[1-3] (3) ok\n"), "{stdout}");
+    assert_eq!(out.status.code(), Some(0));
+}
+
+/// A tree with odd names (spaces, quotes, a newline), modes, an empty directory, a symlink.
+fn make_tree(root: &Path) -> Vec<(PathBuf, Vec<u8>, u32)> {
+    let files: Vec<(PathBuf, Vec<u8>, u32)> = vec![
+        ("plain.txt".into(), b"plain\n".to_vec(), 0o644),
+        ("with space.conf".into(), b"a = 1\n".to_vec(), 0o600),
+        ("q'uo\"te".into(), b"quotes".to_vec(), 0o640),
+        ("new\nline".into(), b"two\nlines\n".to_vec(), 0o644),
+        (
+            "bin/run.sh".into(),
+            b"#!/bin/sh\necho run\n".to_vec(),
+            0o755,
+        ),
+        (
+            "deep/er/est/data.bin".into(),
+            (0..=255u8).cycle().take(300_000).collect(),
+            0o444,
+        ),
+    ];
+    for (path, content, mode) in &files {
+        let full = root.join(path);
+        std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+        std::fs::write(&full, content).unwrap();
+        std::fs::set_permissions(&full, std::fs::Permissions::from_mode(*mode)).unwrap();
+    }
+    std::fs::create_dir_all(root.join("empty")).unwrap();
+    std::os::unix::fs::symlink("plain.txt", root.join("link")).unwrap();
+    let mut with_link = files;
+    with_link.push(("link".into(), b"plain\n".to_vec(), 0o644));
+    with_link
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
+}
+
+#[test]
+fn push_and_pull_a_tree_with_odd_names_and_a_failing_host() {
+    let beds = [testbed(), testbed()];
+    let denied = unprivileged_testbed();
+    let hosts = Hosts::new(
+        &[("web1", &beds[0]), ("web2", &beds[1]), ("nopriv", &denied)],
+        true,
+    );
+    let local = tempfile::tempdir().unwrap();
+    let source = local.path().join("tree");
+    let files = make_tree(&source);
+    // A root-owned directory the unprivileged host cannot write to.
+    let remote = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(remote.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // DEST ends in `/`: the tree lands in DEST/tree (all testbeds share one file system, so
+    // without it the second host could find the directory the first one just made).
+    let deployed = remote.path().join("deployed");
+    let dest_arg = format!("{}/", deployed.display());
+    let dest = deployed.join("tree");
+    let out = hosts.run(
+        &["push"],
+        &[
+            "-w",
+            "web[1-2],nopriv,dead",
+            "--json",
+            source.to_str().unwrap(),
+            &dest_arg,
+        ],
+    );
+    let pushed = records(&out);
+    assert_eq!(pushed.len(), 4, "{pushed:?} {}", text(&out.stderr));
+    for name in ["web1", "web2"] {
+        let record = pushed.iter().find(|r| r["host"] == name).unwrap();
+        assert_eq!(record["status"], "ok", "{record}");
+        let summary = record["stdout"].as_str().unwrap();
+        assert!(summary.starts_with("pushed 7 files"), "{summary}");
+        assert!(summary.contains("sha256 verified on the host"), "{summary}");
+    }
+    assert_eq!(status_of(&pushed, "dead"), "unreachable");
+    let nopriv = pushed.iter().find(|r| r["host"] == "nopriv").unwrap();
+    assert_eq!(nopriv["status"], "error", "{nopriv}");
+    assert!(
+        nopriv["error"]
+            .as_str()
+            .unwrap()
+            .contains("ermission denied"),
+        "{nopriv}"
+    );
+    assert_eq!(out.status.code(), Some(4));
+    for (path, content, want) in &files {
+        let copy = dest.join(path);
+        assert_eq!(&std::fs::read(&copy).unwrap(), content, "{path:?}");
+        assert_eq!(mode(&copy), *want, "{path:?}");
+    }
+    assert!(dest.join("empty").is_dir());
+    // No temporary files left behind.
+    let leftovers = Command::new("find")
+        .arg(&dest)
+        .args(["-name", "*.swiftide-*"])
+        .output()
+        .unwrap();
+    assert!(leftovers.stdout.is_empty(), "{}", text(&leftovers.stdout));
+
+    // A push into an existing directory lands in it, under the source's name; a file keeps
+    // its mode, and is replaced atomically on the second push.
+    let single = local.path().join("tool");
+    std::fs::write(&single, "v1").unwrap();
+    std::fs::set_permissions(&single, std::fs::Permissions::from_mode(0o750)).unwrap();
+    for version in ["v1", "v2"] {
+        std::fs::write(&single, version).unwrap();
+        let out = hosts.run(
+            &["push"],
+            &[
+                "-w",
+                "web[1-2]",
+                "-b",
+                single.to_str().unwrap(),
+                remote.path().to_str().unwrap(),
+            ],
+        );
+        let stdout = text(&out.stdout);
+        assert!(
+            stdout.contains("web[1-2] (2) ok"),
+            "{stdout}{}",
+            text(&out.stderr)
+        );
+        assert_eq!(out.status.code(), Some(0));
+        assert_eq!(
+            std::fs::read_to_string(remote.path().join("tool")).unwrap(),
+            version
+        );
+        assert_eq!(mode(&remote.path().join("tool")), 0o750);
+    }
+
+    // Pull the tree back from every host into one directory per host.
+    let gathered = local.path().join("gathered");
+    let out = hosts.run(
+        &["pull"],
+        &[
+            "-w",
+            "web[1-2],dead",
+            "-b",
+            dest.to_str().unwrap(),
+            gathered.to_str().unwrap(),
+        ],
+    );
+    let stdout = text(&out.stdout);
+    // Both copies are identical: one block; the dead host apart.
+    assert!(stdout.contains("web[1-2] (2) ok"), "{stdout}");
+    assert!(stdout.contains("pulled 7 files"), "{stdout}");
+    assert!(stdout.contains("dead (1) unreachable"), "{stdout}");
+    assert_eq!(out.status.code(), Some(4));
+    for name in ["web1", "web2"] {
+        for (path, content, want) in &files {
+            let copy = gathered.join(name).join("tree").join(path);
+            assert_eq!(&std::fs::read(&copy).unwrap(), content, "{copy:?}");
+            // The symlink was followed on push: a file of the link's mode on the host.
+            if path != Path::new("link") {
+                assert_eq!(mode(&copy), *want, "{copy:?}");
+            }
+        }
+        assert!(gathered.join(name).join("tree/empty").is_dir());
+    }
+    assert!(!gathered.join("dead").exists());
+
+    // A file only root can read: the unprivileged host fails, the others do not stop.
+    let secret = remote.path().join("secret");
+    std::fs::write(&secret, "s").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = hosts.run(
+        &["pull"],
+        &[
+            "-w",
+            "web1,nopriv",
+            "--json",
+            secret.to_str().unwrap(),
+            gathered.to_str().unwrap(),
+        ],
+    );
+    let pulled = records(&out);
+    assert_eq!(status_of(&pulled, "web1"), "ok");
+    assert_eq!(status_of(&pulled, "nopriv"), "error");
+    assert_eq!(
+        std::fs::read_to_string(gathered.join("web1/secret")).unwrap(),
+        "s"
+    );
+    assert_eq!(mode(&gathered.join("web1/secret")), 0o600);
+}
+
+#[test]
+fn jobs_start_on_every_host_and_are_collected_by_id() {
+    // The testbeds share one file system: each gets a state directory of its own, as
+    // separate machines have, or both would find the same job by its id.
+    let states: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let beds: Vec<Testbed> = states
+        .iter()
+        .map(|state| {
+            Testbed::builder()
+                .sshd_config_line(format!("SetEnv XDG_STATE_HOME={}", state.path().display()))
+                .start()
+                .unwrap_or_else(|e| panic!("cannot start the sshd testbed: {e}"))
+        })
+        .collect();
+    let hosts = Hosts::new(&[("web1", &beds[0]), ("web2", &beds[1])], false);
+    let id = format!("cli-test-{}", std::process::id());
+    let command = format!(
+        "echo out-$SWIFTIDE_SSH_TESTBED_ID; sleep 2; [ $SWIFTIDE_SSH_TESTBED_ID = {} ] && exit 5; echo done",
+        beds[1].id()
+    );
+    let out = hosts.run(
+        &["job", "start"],
+        &["-w", "web[1-2]", "--id", &id, "--", &command],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains(&format!("job {id}")));
+    assert!(text(&out.stdout).contains(&format!("web1: started job {id}")));
+    // Starting the same id again starts nothing twice.
+    let again = hosts.run(
+        &["job", "start"],
+        &["-w", "web[1-2]", "--id", &id, "--", &command],
+    );
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again.stderr));
+
+    let out = hosts.run(&["job", "status"], &["-w", "web[1-2]", "-b", &id]);
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("web[1-2] (2) ok") && stdout.contains("running"),
+        "{stdout}"
+    );
+    assert_eq!(out.status.code(), Some(0));
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = hosts.run(&["job", "status"], &["-w", "web[1-2]", "--json", &id]);
+        let states = records(&out);
+        if states.iter().all(|r| r["stdout"] != "running\n") {
+            let of = |name: &str| states.iter().find(|r| r["host"] == name).unwrap();
+            assert_eq!(
+                (&of("web1")["status"], &of("web1")["stdout"]),
+                (&Value::from("ok"), &Value::from("exited 0\n"))
+            );
+            assert_eq!(
+                (&of("web2")["status"], &of("web2")["exit_code"]),
+                (&Value::from("failed"), &Value::from(5))
+            );
+            assert_eq!(out.status.code(), Some(1));
+            break;
+        }
+        assert!(Instant::now() < deadline, "{states:?}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let out = hosts.run(&["job", "output"], &["-w", "web[1-2]", &id]);
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains(&format!("web1: out-{}\nweb1: done\n", beds[0].id())),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("web2: out-{}\n", beds[1].id())),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("web2: done"), "{stdout}");
+
+    // Kill: a long job on both hosts ends by signal.
+    let long = format!("{id}-long");
+    let out = hosts.run(
+        &["job", "start"],
+        &["-w", "web[1-2]", "--id", &long, "sleep", "60"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = hosts.run(
+        &["job", "kill"],
+        &["-w", "web[1-2]", "--grace", "1", "-b", &long],
+    );
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("web[1-2] (2) signal"),
+        "{stdout}{}",
+        text(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(1));
+    // An unknown id is an error on every host.
+    let out = hosts.run(
+        &["job", "status"],
+        &["-w", "web[1-2]", "--json", "no-such-job"],
+    );
+    assert!(records(&out).iter().all(|r| r["status"] == "error"));
+    assert_eq!(out.status.code(), Some(4));
+}
