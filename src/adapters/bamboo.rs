@@ -57,8 +57,8 @@ use crate::{
     jobs::{
         Job, JobCursor, JobOptions, JobStatus, JobStream,
         tools::{
-            DEFAULT_KILL_GRACE, DEFAULT_OUTPUT_BYTES, complete_utf8_prefix, kill_job,
-            model_facing, start_job,
+            DEFAULT_KILL_GRACE, DEFAULT_OUTPUT_BYTES, complete_utf8_prefix, kill_job, model_facing,
+            start_job,
         },
     },
 };
@@ -330,7 +330,9 @@ impl SshToolExecutor {
         timeout: Option<u64>,
         ctx: &ToolExecutionContext<'_>,
     ) -> Result<ToolResult, ToolError> {
-        let timeout_ms = timeout.unwrap_or(DEFAULT_TIMEOUT_MS).clamp(1, MAX_TIMEOUT_MS);
+        let timeout_ms = timeout
+            .unwrap_or(DEFAULT_TIMEOUT_MS)
+            .clamp(1, MAX_TIMEOUT_MS);
         let options = ExecOptions::default()
             .current_dir(dir)
             .timeout(Duration::from_millis(timeout_ms));
@@ -474,12 +476,13 @@ impl SshToolExecutor {
     async fn bash_output(&self, args: Value) -> Result<ToolResult, ToolError> {
         let args: BashOutputArgs = parse("BashOutput", args)?;
         require_path("bash_id", &args.bash_id)?;
-        let filter = match args.filter.as_deref() {
-            Some(filter) => Some(regex::Regex::new(filter).map_err(|e| {
-                ToolError::InvalidArguments(format!("Invalid filter regex: {e}"))
-            })?),
-            None => None,
-        };
+        let filter =
+            match args.filter.as_deref() {
+                Some(filter) => Some(regex::Regex::new(filter).map_err(|e| {
+                    ToolError::InvalidArguments(format!("Invalid filter regex: {e}"))
+                })?),
+                None => None,
+            };
         let cursor = match args.cursor.as_deref() {
             Some(text) => text
                 .parse()

@@ -625,7 +625,10 @@ impl SshMcpServer {
         &self,
         Parameters(args): Parameters<KillJobArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        let grace = args.grace_secs.map(|s| seconds("grace_secs", s)).transpose();
+        let grace = args
+            .grace_secs
+            .map(|s| seconds("grace_secs", s))
+            .transpose();
         into_result(match grace {
             Ok(grace) => kill_job(&self.executor, &args.id, grace)
                 .await
@@ -941,7 +944,8 @@ impl SshMcpServer {
             .await
             .map_err(|e| job_error(&e))?;
         let mut result = text_result(text);
-        result.structured_content = Some(json!({ "id": job.id(), "cursor": crate::JobCursor::default().to_string() }));
+        result.structured_content =
+            Some(json!({ "id": job.id(), "cursor": crate::JobCursor::default().to_string() }));
         Ok(result)
     }
 

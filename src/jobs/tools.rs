@@ -525,7 +525,10 @@ mod tests {
         };
         assert_eq!(cursor.to_string(), "stdout=1024,stderr=7");
         assert_eq!("stdout=1024,stderr=7".parse::<JobCursor>().unwrap(), cursor);
-        assert_eq!(" stderr = 7 , stdout=1024 ".parse::<JobCursor>().unwrap(), cursor);
+        assert_eq!(
+            " stderr = 7 , stdout=1024 ".parse::<JobCursor>().unwrap(),
+            cursor
+        );
         assert_eq!("".parse::<JobCursor>().unwrap(), JobCursor::default());
         for bad in ["1024", "stdout=-1", "stdin=3", "stdout=x,stderr=1"] {
             assert!(

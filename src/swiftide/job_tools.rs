@@ -168,7 +168,11 @@ impl JobTool {
             }
             Kind::Kill => {
                 let args: KillJobArgs = parse(call)?;
-                match args.grace_secs.map(|s| seconds("grace_secs", s)).transpose() {
+                match args
+                    .grace_secs
+                    .map(|s| seconds("grace_secs", s))
+                    .transpose()
+                {
                     Ok(grace) => kill_job(executor, &args.id, grace).await,
                     Err(error) => Err(error),
                 }
