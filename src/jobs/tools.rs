@@ -31,6 +31,8 @@ pub(crate) const MAX_WAIT: Duration = Duration::from_secs(600);
 pub(crate) const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(2);
 /// The longest kill grace a caller may ask for.
 const MAX_KILL_GRACE: Duration = Duration::from_secs(60);
+/// How long a poll that found both streams ended waits for the exit record.
+const END_RECORD_WAIT: Duration = Duration::from_millis(500);
 /// Characters of a command shown in a listing.
 const LISTED_COMMAND_CHARS: usize = 120;
 
@@ -361,11 +363,18 @@ impl Job {
             self.stream_text(JobStream::Stdout, cursor.stdout, max),
             self.stream_text(JobStream::Stderr, cursor.stderr, max),
         );
-        Ok(JobPoll {
+        let mut poll = JobPoll {
             status: status?,
             stdout: stdout?,
             stderr: stderr?,
-        })
+        };
+        if poll.finished() && !poll.status.is_finished() {
+            // The streams close as the command ends, a moment before the runner records its
+            // status: wait that moment rather than show "running" after the end of output.
+            // (A job that closed its streams and runs on costs this poll the wait.)
+            poll.status = self.wait(END_RECORD_WAIT).await?;
+        }
+        Ok(poll)
     }
 
     async fn stream_text(&self, stream: JobStream, offset: u64, max: u64) -> Result<StreamText> {
