@@ -27,9 +27,7 @@ use swiftide_ssh_executor::{
 };
 use swiftide_ssh_testbed::Testbed;
 
-use common::{
-    builder, job_cursor, job_section, remote_processes, testbed, token, wait_until_gone,
-};
+use common::{builder, job_cursor, job_section, remote_processes, testbed, token, wait_until_gone};
 use mcp_client::{Client, Recorder, args, call, is_error, text};
 
 /// Serves `server` over an in-process duplex pipe and connects rmcp's client to it.
@@ -419,7 +417,12 @@ async fn jobs_start_poll_by_cursor_wait_kill_and_list_through_mcp() {
     let mut stdout = String::new();
     let deadline = Instant::now() + Duration::from_secs(10);
     let last = loop {
-        let polled = call(&client, "job_output", json!({"id": build, "cursor": cursor})).await;
+        let polled = call(
+            &client,
+            "job_output",
+            json!({"id": build, "cursor": cursor}),
+        )
+        .await;
         assert!(!is_error(&polled), "{polled:?}");
         let body = text(&polled);
         stdout.push_str(&job_section(&body, "stdout"));
@@ -436,12 +439,23 @@ async fn jobs_start_poll_by_cursor_wait_kill_and_list_through_mcp() {
     assert_eq!(stdout, format!("{}\né😀\n", sub.display()));
     let bytes = sub.display().to_string().len() + 1 + "é😀".len();
     assert_eq!(cursor, format!("stdout={bytes},stderr=5"));
-    assert!(last.starts_with(&format!("job {build}: exited with code 2")), "{last}");
+    assert!(
+        last.starts_with(&format!("job {build}: exited with code 2")),
+        "{last}"
+    );
     assert!(last.contains("[end of output]"), "{last}");
 
-    let status = call(&client, "job_status", json!({"id": build, "wait_secs": 0.5})).await;
+    let status = call(
+        &client,
+        "job_status",
+        json!({"id": build, "wait_secs": 0.5}),
+    )
+    .await;
     assert!(!is_error(&status));
-    assert!(text(&status).contains(r#"labels: "door"="mcp""#), "{status:?}");
+    assert!(
+        text(&status).contains(r#"labels: "door"="mcp""#),
+        "{status:?}"
+    );
 
     // A kill takes the whole group, grandchildren included.
     let server = format!("mcp-server-{t}");
@@ -453,20 +467,43 @@ async fn jobs_start_poll_by_cursor_wait_kill_and_list_through_mcp() {
     )
     .await;
     assert!(!is_error(&started), "{started:?}");
-    let waited = call(&client, "job_status", json!({"id": server, "wait_secs": 0.3})).await;
+    let waited = call(
+        &client,
+        "job_status",
+        json!({"id": server, "wait_secs": 0.3}),
+    )
+    .await;
     assert!(text(&waited).contains("running (pid "), "{waited:?}");
     let killed = call(&client, "kill_job", json!({"id": server})).await;
-    assert_eq!(text(&killed), format!("job {server}: killed by signal TERM"));
-    assert!(wait_until_gone(&pattern, Duration::from_secs(5)).await.is_empty());
+    assert_eq!(
+        text(&killed),
+        format!("job {server}: killed by signal TERM")
+    );
+    assert!(
+        wait_until_gone(&pattern, Duration::from_secs(5))
+            .await
+            .is_empty()
+    );
 
     let listed = text(&call(&client, "list_jobs", json!({})).await);
     let ours: Vec<_> = listed
         .lines()
-        .filter(|line| line.split(':').next().unwrap_or_default().ends_with(&format!("-{t}")))
+        .filter(|line| {
+            line.split(':')
+                .next()
+                .unwrap_or_default()
+                .ends_with(&format!("-{t}"))
+        })
         .collect();
     assert_eq!(ours.len(), 2, "{listed}");
-    assert!(ours[0].starts_with(&format!("{build}: exited with code 2")), "{listed}");
-    assert!(ours[1].starts_with(&format!("{server}: killed by signal TERM")), "{listed}");
+    assert!(
+        ours[0].starts_with(&format!("{build}: exited with code 2")),
+        "{listed}"
+    );
+    assert!(
+        ours[1].starts_with(&format!("{server}: killed by signal TERM")),
+        "{listed}"
+    );
 
     // Mistakes are error results; the root holds for the job's directory too.
     let outside = call(
@@ -475,11 +512,20 @@ async fn jobs_start_poll_by_cursor_wait_kill_and_list_through_mcp() {
         json!({"command": "true", "working_directory": "/"}),
     )
     .await;
-    assert!(is_error(&outside) && text(&outside).contains("outside the root"), "{outside:?}");
+    assert!(
+        is_error(&outside) && text(&outside).contains("outside the root"),
+        "{outside:?}"
+    );
     let missing = call(&client, "job_output", json!({"id": "no-such-job"})).await;
-    assert!(is_error(&missing) && text(&missing).contains("no-such-job"), "{missing:?}");
+    assert!(
+        is_error(&missing) && text(&missing).contains("no-such-job"),
+        "{missing:?}"
+    );
     let bad = call(&client, "job_output", json!({"id": build, "cursor": "x"})).await;
-    assert!(is_error(&bad) && text(&bad).contains("stdout=N,stderr=M"), "{bad:?}");
+    assert!(
+        is_error(&bad) && text(&bad).contains("stdout=N,stderr=M"),
+        "{bad:?}"
+    );
 
     let executor = builder(&tb).build().await.unwrap();
     for id in [build, server] {
