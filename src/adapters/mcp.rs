@@ -56,7 +56,7 @@ use crate::{
     jobs::tools::{
         JOB_OUTPUT_ABOUT, JOB_STATUS_ABOUT, JobOutputArgs, JobStatusArgs, KILL_JOB_ABOUT,
         KillJobArgs, LIST_JOBS_ABOUT, START_JOB_ABOUT, StartJobArgs, job_output, job_status,
-        kill_job, list_jobs, model_facing, seconds, start_job,
+        kill_job, list_jobs, model_facing, start_job,
     },
 };
 
@@ -610,7 +610,7 @@ impl SshMcpServer {
         &self,
         Parameters(args): Parameters<JobStatusArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        let wait = args.wait_secs.map(|s| seconds("wait_secs", s)).transpose();
+        let wait = args.wait();
         into_result(match wait {
             Ok(wait) => job_status(&self.executor, &args.id, wait)
                 .await
@@ -625,10 +625,7 @@ impl SshMcpServer {
         &self,
         Parameters(args): Parameters<KillJobArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        let grace = args
-            .grace_secs
-            .map(|s| seconds("grace_secs", s))
-            .transpose();
+        let grace = args.grace();
         into_result(match grace {
             Ok(grace) => kill_job(&self.executor, &args.id, grace)
                 .await

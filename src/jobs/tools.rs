@@ -207,6 +207,22 @@ impl JobOutputArgs {
     }
 }
 
+impl JobStatusArgs {
+    /// The wait asked for.
+    pub(crate) fn wait(&self) -> Result<Option<Duration>> {
+        self.wait_secs.map(|s| seconds("wait_secs", s)).transpose()
+    }
+}
+
+impl KillJobArgs {
+    /// The grace asked for.
+    pub(crate) fn grace(&self) -> Result<Option<Duration>> {
+        self.grace_secs
+            .map(|s| seconds("grace_secs", s))
+            .transpose()
+    }
+}
+
 /// The text a model reads for an error it can act on (a bad or unknown id, a job that
 /// exists with another command, a bad argument, a job the host cannot start); `None` for
 /// transport and connection failures, which the door reports as its framework's execution

@@ -19,7 +19,7 @@ use crate::{
     jobs::tools::{
         JOB_OUTPUT_ABOUT, JOB_STATUS_ABOUT, JobOutputArgs, JobStatusArgs, KILL_JOB_ABOUT,
         KillJobArgs, LIST_JOBS_ABOUT, ListJobsArgs, START_JOB_ABOUT, StartJobArgs, job_output,
-        job_status, kill_job, list_jobs, model_facing, seconds, start_job,
+        job_status, kill_job, list_jobs, model_facing, start_job,
     },
 };
 
@@ -161,18 +161,14 @@ impl JobTool {
             }
             Kind::Status => {
                 let args: JobStatusArgs = parse(call)?;
-                match args.wait_secs.map(|s| seconds("wait_secs", s)).transpose() {
+                match args.wait() {
                     Ok(wait) => job_status(executor, &args.id, wait).await,
                     Err(error) => Err(error),
                 }
             }
             Kind::Kill => {
                 let args: KillJobArgs = parse(call)?;
-                match args
-                    .grace_secs
-                    .map(|s| seconds("grace_secs", s))
-                    .transpose()
-                {
+                match args.grace() {
                     Ok(grace) => kill_job(executor, &args.id, grace).await,
                     Err(error) => Err(error),
                 }
