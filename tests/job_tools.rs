@@ -10,7 +10,7 @@ use common::{job_cursor, job_section, testbed, token};
 use serde_json::json;
 use swiftide_agents::DefaultContext;
 use swiftide_core::chat_completion::{Tool, ToolCall, ToolOutput, errors::ToolError};
-use swiftide_ssh_executor::{JobStatus, JobTools, SshExecutor};
+use swiftide_ssh_executor::{JobOptions, JobStatus, JobTools, SshExecutor};
 
 struct Agent {
     tools: Vec<Box<dyn Tool>>,
@@ -314,5 +314,36 @@ async fn mistakes_are_failed_outputs_the_model_can_act_on() {
     ));
     let job = executor.job(&bad_cursor_id).await.unwrap();
     job.wait(Duration::from_secs(10)).await.unwrap();
+    job.remove().await.unwrap();
+}
+
+#[tokio::test]
+async fn dropped_bytes_are_told_to_the_model() {
+    let tb = testbed();
+    let executor = common::executor(&tb).await;
+    let agent = Agent::new(&executor);
+    let id = format!("tools-capped-{}", token());
+    // Any job is visible to the tools, also one started with the library's options.
+    let job = executor
+        .spawn_job(
+            "head -c 3000 /dev/zero | tr '\\0' a",
+            JobOptions::new().id(&id).spool_cap(1000),
+        )
+        .await
+        .unwrap();
+    job.wait(Duration::from_secs(10)).await.unwrap();
+    let polled = agent
+        .call("job_output", json!({"id": id, "max_bytes": 4096}))
+        .await;
+    assert_eq!(
+        job_section(&polled, "stdout"),
+        format!("{}\n", "a".repeat(1000))
+    );
+    let dropped = "[stdout: 2000 bytes dropped on the host: spool cap of 1000 bytes reached]";
+    assert!(polled.contains(dropped), "{polled}");
+    assert!(polled.contains("[end of output]"), "{polled}");
+    assert_eq!(job_cursor(&polled), "stdout=1000,stderr=0");
+    let status = agent.call("job_status", json!({"id": id})).await;
+    assert!(status.contains(dropped), "{status}");
     job.remove().await.unwrap();
 }
