@@ -1,5 +1,6 @@
-//! Gives a swiftide agent tools that act on a remote host through the SSH executor, and calls
-//! them as a model would, so no LLM key is needed.
+//! Gives a swiftide agent tools that act on a remote host through the SSH executor (a shell,
+//! files, and jobs: commands that outlive the call), and calls them as a model would, so no
+//! LLM key is needed.
 //!
 //! Run this example with:
 //!
@@ -10,7 +11,8 @@
 //! With no arguments it starts a throwaway local sshd (the native testbed; needs
 //! `openssh-server`). To use a real host, name it as in `~/.ssh/config` (user, port, keys and
 //! known_hosts come from there). The example works in `agent-demo/` below the login
-//! directory (and refuses to start if it exists), and removes it at the end:
+//! directory (and refuses to start if it exists), and removes it and its two jobs
+//! (`agent-demo-build`, `agent-demo-server`) at the end:
 //!
 //! ```sh
 //! cargo run --ignore-rust-version --example agent -- build-1
@@ -25,7 +27,7 @@ use swiftide_core::{
     AgentContext, Command, CommandError,
     chat_completion::{Tool, ToolCall, ToolOutput, ToolSpec, errors::ToolError},
 };
-use swiftide_ssh_executor::SshExecutor;
+use swiftide_ssh_executor::{JobTools, SshExecutor};
 use swiftide_ssh_testbed::Testbed;
 
 /// A tool that turns the model's JSON arguments (all strings) into one swiftide `Command` and
@@ -113,7 +115,7 @@ async fn main() -> Result<(), Error> {
     }
     let context = DefaultContext::from_executor(executor.clone());
 
-    let tools = [
+    let mut tools = vec![
         tool("run_shell", "Run a shell command", &["command"], |a| {
             Some(Command::shell(a["command"].as_str()?))
         })?,
@@ -127,6 +129,8 @@ async fn main() -> Result<(), Error> {
             Some(Command::read_file(a["path"].as_str()?))
         })?,
     ];
+    // start_job, job_output, job_status, kill_job, list_jobs: the crate's own tools.
+    tools.extend(JobTools::new(executor.clone()).tools());
 
     // Tool calls as a model emits them: a tool name, then its arguments as a JSON string.
     let calls = [
@@ -138,8 +142,21 @@ async fn main() -> Result<(), Error> {
         r#"read_file {"path": "agent-demo/todo.md"}"#,
         r#"read_file {"path": "agent-demo/missing.md"}"#,
         r#"read_file {"file": "agent-demo/todo.md"}"#,
+        // A build that outlives the call: start it, look at it, wait for it, then ask for
+        // only what is new since the cursor the last output ended with ($CURSOR below).
+        r#"start_job {"command": "for i in 1 2 3; do echo step $i; sleep .3; done; echo built", "id": "agent-demo-build", "working_directory": "agent-demo", "labels": [{"key": "kind", "value": "build"}]}"#,
+        r#"job_output {"id": "agent-demo-build"}"#,
+        r#"job_status {"id": "agent-demo-build", "wait_secs": 5}"#,
+        r#"job_output {"id": "agent-demo-build", "cursor": "$CURSOR"}"#,
+        r#"start_job {"command": "echo serving; sleep 600", "id": "agent-demo-server"}"#,
+        r#"kill_job {"id": "agent-demo-server"}"#,
+        r#"list_jobs {}"#,
     ];
+    // The cursor the last job_output returned, passed back as a model would.
+    let mut cursor = String::new();
     for (id, line) in calls.into_iter().enumerate() {
+        let line = line.replace("$CURSOR", &cursor);
+        let line = line.as_str();
         let (name, args) = line.split_once(' ').ok_or(line)?;
         let call = ToolCall::builder()
             .id(format!("call_{id}"))
@@ -152,9 +169,16 @@ async fn main() -> Result<(), Error> {
             Ok(output) => output,
             Err(error) => ToolOutput::fail(error.to_string()),
         };
-        println!("> {line}\n{}\n", output.to_string().trim_end());
+        let text = output.to_string();
+        if let Some(next) = text.lines().find_map(|l| l.strip_prefix("cursor: ")) {
+            cursor = next.to_owned();
+        }
+        println!("> {line}\n{}\n", text.trim_end());
     }
 
+    for id in ["agent-demo-build", "agent-demo-server"] {
+        executor.job(id).await?.remove().await?;
+    }
     executor.remove_dir_all(Path::new("agent-demo")).await?;
     println!(
         "To let a model make these calls, hand the same context and tools to an agent:\n  \

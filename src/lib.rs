@@ -46,6 +46,8 @@
 //!   connection and the client ([`Job`]): reattach by id ([`SshExecutor::job`]), read its
 //!   output by a client-owned cursor ([`Job::read`], [`Job::follow`]), its [`JobStatus`], a
 //!   kill of the whole group that never signals a reused pid, a deadline kept on the host.
+//!   [`JobTools`] gives a swiftide agent the same as tools (start, output since a cursor,
+//!   status with a wait, kill, list); the bamboo and MCP adapters have them too.
 //!
 //! How one command travels from `exec_cmd` to the remote process group and back, the kill
 //! path, the pool, the file layer and every difference from `LocalExecutor` are described in
@@ -111,6 +113,7 @@ pub use jobs::{
     JobOutput, JobStatus, JobStream,
 };
 pub use pool::PoolStats;
+pub use swiftide::JobTools;
 
 // For the crate's own benchmarks (examples/bench); hidden, so not covered by semver (see
 // "Stability" above).

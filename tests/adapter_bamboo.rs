@@ -6,9 +6,12 @@ mod common;
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use bamboo_agent_core::{
-    AgentEvent, FunctionCall, ToolCall, ToolError, ToolExecutionContext, ToolExecutor,
-    ToolMutability,
+    AgentEvent, AsyncWaitKind, BashCompletionInfo, BashCompletionSink, FunctionCall,
+    RunningCompletion, ToolCall, ToolError, ToolExecutionContext, ToolExecutor, ToolMutability,
+    ToolOutcome,
 };
 use serde_json::Value;
 use swiftide_ssh_executor::adapters::bamboo::SshToolExecutor;
@@ -48,14 +51,28 @@ async fn schemas_and_classification_follow_bamboo() {
     let names: Vec<_> = schemas.iter().map(|s| s.function.name.as_str()).collect();
     assert_eq!(
         names,
-        ["Bash", "Read", "Write", "Glob", "Grep", "GetFileInfo"]
+        [
+            "Bash",
+            "BashOutput",
+            "KillShell",
+            "Read",
+            "Write",
+            "Glob",
+            "Grep",
+            "GetFileInfo"
+        ]
     );
     for schema in &schemas {
         assert_eq!(schema.schema_type, "function");
         assert_eq!(schema.function.parameters["type"], "object");
         assert_eq!(schema.function.parameters["additionalProperties"], false);
     }
-    let read = &schemas[1].function.parameters;
+    let read = &schemas[3].function.parameters;
+    let output = &schemas[1].function.parameters;
+    assert_eq!(output["required"], serde_json::json!(["bash_id"]));
+    assert_eq!(output["properties"]["filter"]["type"], "string");
+    let kill = &schemas[2].function.parameters;
+    assert_eq!(kill["required"], serde_json::json!(["shell_id"]));
     assert_eq!(read["required"], serde_json::json!(["file_path"]));
     assert_eq!(read["properties"]["offset"]["type"], "number");
     for (name, mutability, parallel) in [
@@ -63,7 +80,9 @@ async fn schemas_and_classification_follow_bamboo() {
         ("Glob", ToolMutability::ReadOnly, true),
         ("Grep", ToolMutability::ReadOnly, true),
         ("GetFileInfo", ToolMutability::ReadOnly, true),
+        ("BashOutput", ToolMutability::ReadOnly, true),
         ("Bash", ToolMutability::Mutating, false),
+        ("KillShell", ToolMutability::Mutating, false),
         ("Write", ToolMutability::Mutating, false),
         ("Unknown", ToolMutability::Mutating, false),
     ] {
@@ -175,10 +194,11 @@ async fn bad_arguments_are_invalid_arguments() {
         ("Read", "[1]"),
         ("Write", r#"{"file_path": "a"}"#),
         ("Bash", r#"{"command": "  "}"#),
-        (
-            "Bash",
-            r#"{"command": "sleep 1", "run_in_background": true}"#,
-        ),
+        ("Bash", r#"{"command": "sleep 1", "interactive": true}"#),
+        ("BashOutput", r#"{"bash_id": "x", "filter": "("}"#),
+        ("BashOutput", r#"{"bash_id": "x", "cursor": "7"}"#),
+        ("BashOutput", r#"{"bash_id": ""}"#),
+        ("KillShell", r#"{"bash_id": "x"}"#),
         ("Grep", r#"{"pattern": "("}"#),
         ("Grep", r#"{"pattern": "x", "output_mode": "lines"}"#),
         ("Glob", r#"{"pattern": "a**"}"#),
@@ -254,4 +274,212 @@ async fn bash_streams_tokens_and_reports_status() {
     let _ = tokio::time::timeout(Duration::from_millis(500), tools.execute(&c)).await;
     let left = common::wait_until_gone(&token, Duration::from_secs(5)).await;
     assert!(left.is_empty(), "left running: {left:?}");
+}
+
+/// Collects what bamboo's loop would be told when a background shell ends.
+struct Completions(tokio::sync::mpsc::UnboundedSender<BashCompletionInfo>);
+
+impl BashCompletionSink for Completions {
+    fn on_bash_completed(&self, info: BashCompletionInfo) {
+        let _ = self.0.send(info);
+    }
+}
+
+async fn next_completion(
+    completions: &mut tokio::sync::mpsc::UnboundedReceiver<BashCompletionInfo>,
+) -> BashCompletionInfo {
+    tokio::time::timeout(Duration::from_secs(10), completions.recv())
+        .await
+        .expect("a completion within 10 s")
+        .expect("the sink is alive")
+}
+
+/// Starts `command` as a background `Bash` the way bamboo's loop does (outcome-aware, with
+/// a session and a completion sink); returns the `bash_id` and the handle's kill.
+async fn start_background(
+    tools: &SshToolExecutor,
+    command: &str,
+    sink: &Arc<dyn BashCompletionSink>,
+) -> (String, Box<dyn FnOnce() + Send>) {
+    let args = serde_json::json!({"command": command, "run_in_background": true}).to_string();
+    let c = call("Bash", &args);
+    let mut ctx = ToolExecutionContext::none(&c.id);
+    ctx.session_id = Some("session-1");
+    ctx.bash_completion_sink = Some(sink);
+    let outcome = tools.execute_with_context_outcome(&c, ctx).await.unwrap();
+    let ToolOutcome::Running(handle) = outcome else {
+        panic!("a background Bash is Running: {outcome:?}");
+    };
+    assert_eq!(handle.tool_call_id, "call-1");
+    assert!(matches!(handle.completion, RunningCompletion::Detached));
+    assert_eq!(handle.wait_kind, AsyncWaitKind::AsyncTools);
+    assert!(handle.ack.success);
+    let ack: Value = serde_json::from_str(&handle.ack.result).unwrap();
+    assert_eq!(ack["status"], "running", "{ack}");
+    assert_eq!(ack["command"], command, "{ack}");
+    let id = ack["bash_id"].as_str().unwrap().to_owned();
+    let message = ack["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("BashOutput {{\"bash_id\": \"{id}\"}}")),
+        "{message}"
+    );
+    (id, handle.kill)
+}
+
+async fn bash_output(tools: &SshToolExecutor, args: Value) -> String {
+    let out = tools
+        .execute(&call("BashOutput", &args.to_string()))
+        .await
+        .unwrap();
+    assert!(out.success, "{}", out.result);
+    out.result
+}
+
+#[tokio::test]
+async fn background_bash_runs_as_a_job_with_bashoutput_and_killshell() {
+    let (_testbed, dir, tools) = setup().await;
+    let (sender, mut completions) = tokio::sync::mpsc::unbounded_channel();
+    let sink: Arc<dyn BashCompletionSink> = Arc::new(Completions(sender));
+
+    let (id, _kill) = start_background(
+        &tools,
+        "pwd; echo warn >&2; sleep 0.5; echo err-line; echo done; exit 4",
+        &sink,
+    )
+    .await;
+    // BashOutput: only what is new since the last call; then the end.
+    let first = bash_output(&tools, serde_json::json!({"bash_id": id})).await;
+    assert!(
+        first.starts_with(&format!("job {id}: running (pid ")),
+        "{first}"
+    );
+    let mut stdout = common::job_section(&first, "stdout");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let last = loop {
+        let polled = bash_output(&tools, serde_json::json!({"bash_id": id})).await;
+        stdout.push_str(&common::job_section(&polled, "stdout"));
+        if polled.contains("[end of output]") {
+            break polled;
+        }
+        assert!(std::time::Instant::now() < deadline, "{polled}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let workspace = dir.path().display();
+    assert_eq!(stdout, format!("{workspace}\nerr-line\ndone\n"));
+    assert!(
+        last.starts_with(&format!("job {id}: exited with code 4")),
+        "{last}"
+    );
+    let idle = bash_output(&tools, serde_json::json!({"bash_id": id})).await;
+    assert!(idle.contains("(no new output)"), "{idle}");
+    // Nothing is consumed on the host: a cursor reads it again; a filter keeps some lines.
+    let again = bash_output(
+        &tools,
+        serde_json::json!({"bash_id": id, "cursor": "stdout=0,stderr=0", "filter": "^(warn|done)$"}),
+    )
+    .await;
+    assert_eq!(common::job_section(&again, "stdout"), "done\n");
+    assert_eq!(common::job_section(&again, "stderr"), "warn\n");
+    // A new executor (a restarted agent) reads it all too.
+    let fresh = SshToolExecutor::new(tools.executor().clone(), dir.path());
+    let replay = bash_output(&fresh, serde_json::json!({"bash_id": id})).await;
+    assert_eq!(common::job_section(&replay, "stdout"), stdout);
+
+    // bamboo's loop learns of the end through its sink, with the exit code and the tail.
+    let done = next_completion(&mut completions).await;
+    assert_eq!(done.session_id, "session-1");
+    assert_eq!(done.bash_id, id);
+    assert_eq!(done.exit_code, Some(4));
+    assert_eq!(done.status, "completed");
+    assert_eq!(
+        done.output_tail,
+        format!("{workspace}\nerr-line\ndone\n--- stderr ---\nwarn\n")
+    );
+
+    // KillShell kills the whole group (grandchildren too).
+    let token = common::token();
+    let (server, _kill) = start_background(
+        &tools,
+        &format!("sleep 7{token} & sleep 8{token}; echo never"),
+        &sink,
+    )
+    .await;
+    let killed = tools
+        .execute(&call(
+            "KillShell",
+            &format!(r#"{{"shell_id": "{server}"}}"#),
+        ))
+        .await
+        .unwrap();
+    assert!(killed.success, "{}", killed.result);
+    assert_eq!(
+        killed.result,
+        format!("job {server}: killed by signal TERM")
+    );
+    let left = common::wait_until_gone(&token, Duration::from_secs(5)).await;
+    assert!(left.is_empty(), "left running: {left:?}");
+    let done = next_completion(&mut completions).await;
+    assert_eq!(
+        (done.bash_id.as_str(), done.exit_code),
+        (server.as_str(), None)
+    );
+    assert_eq!(done.status, "killed");
+
+    // The Running handle's kill kills the job too (bamboo calls it to reap the shell).
+    let token = common::token();
+    let (reaped, kill) = start_background(&tools, &format!("sleep 9{token}"), &sink).await;
+    kill();
+    let job = tools.executor().job(&reaped).await.unwrap();
+    let status = job.wait(Duration::from_secs(10)).await.unwrap();
+    assert!(status.is_finished(), "{status:?}");
+    assert!(
+        common::wait_until_gone(&token, Duration::from_secs(5))
+            .await
+            .is_empty()
+    );
+
+    // Outside the outcome-aware path, a background Bash answers with its ack.
+    let out = tools
+        .execute(&call(
+            "Bash",
+            r#"{"command": "echo hi", "run_in_background": true}"#,
+        ))
+        .await
+        .unwrap();
+    assert!(out.success);
+    let ack: Value = serde_json::from_str(&out.result).unwrap();
+    let quick = ack["bash_id"].as_str().unwrap().to_owned();
+    tools
+        .executor()
+        .job(&quick)
+        .await
+        .unwrap()
+        .wait(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let read = bash_output(&tools, serde_json::json!({"bash_id": quick})).await;
+    assert_eq!(common::job_section(&read, "stdout"), "hi\n");
+
+    // An unknown shell is a failed result the model reads.
+    let missing = tools
+        .execute(&call("BashOutput", r#"{"bash_id": "no-such-shell"}"#))
+        .await
+        .unwrap();
+    assert!(!missing.success);
+    assert!(
+        missing.result.contains("no-such-shell"),
+        "{}",
+        missing.result
+    );
+
+    for id in [id, server, reaped, quick] {
+        tools
+            .executor()
+            .job(&id)
+            .await
+            .unwrap()
+            .remove()
+            .await
+            .unwrap();
+    }
 }

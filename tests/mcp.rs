@@ -27,7 +27,7 @@ use swiftide_ssh_executor::{
 };
 use swiftide_ssh_testbed::Testbed;
 
-use common::{builder, remote_processes, testbed, token, wait_until_gone};
+use common::{builder, job_cursor, job_section, remote_processes, testbed, token, wait_until_gone};
 use mcp_client::{Client, Recorder, args, call, is_error, text};
 
 /// Serves `server` over an in-process duplex pipe and connects rmcp's client to it.
@@ -70,9 +70,14 @@ async fn every_tool_works_through_rmcp_and_the_root_holds() {
             "file_info",
             "glob",
             "grep",
+            "job_output",
+            "job_status",
+            "kill_job",
             "list_directory",
+            "list_jobs",
             "read_file",
             "run_command",
+            "start_job",
             "write_file"
         ]
     );
@@ -365,6 +370,8 @@ async fn a_dead_host_is_a_clear_tool_error() {
         ("run_command", json!({"command": "true"})),
         ("read_file", json!({"path": "/etc/hostname"})),
         ("list_directory", json!({"path": "/"})),
+        ("start_job", json!({"command": "true"})),
+        ("list_jobs", json!({})),
     ] {
         let result = call(&client, tool, arguments).await;
         assert!(is_error(&result), "{tool}: {result:?}");
@@ -372,6 +379,156 @@ async fn a_dead_host_is_a_clear_tool_error() {
         assert!(message.contains(&expected), "{tool}: {message}");
         assert!(message.contains("refused"), "{tool}: {message}");
     }
-    assert_eq!(client.list_all_tools().await.unwrap().len(), 7);
+    assert_eq!(client.list_all_tools().await.unwrap().len(), 12);
     client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn jobs_start_poll_by_cursor_wait_kill_and_list_through_mcp() {
+    let tb = testbed();
+    let (client, root, _dir) = rooted_server(&tb).await;
+    let t = token();
+    let build = format!("mcp-build-{t}");
+
+    let tools = client.list_all_tools().await.unwrap();
+    let schema = |name: &str| {
+        let tool = tools.iter().find(|tool| tool.name == name).unwrap();
+        serde_json::to_value(&*tool.input_schema).unwrap()
+    };
+    assert_eq!(schema("start_job")["required"], json!(["command"]));
+    assert_eq!(schema("job_output")["required"], json!(["id"]));
+    assert!(schema("job_output")["properties"]["cursor"].is_object());
+    assert!(schema("job_status")["properties"]["wait_secs"].is_object());
+
+    std::fs::create_dir(root.join("sub")).unwrap();
+    let started = call(
+        &client,
+        "start_job",
+        json!({"command": "pwd; echo oops >&2; sleep 0.3; printf 'é😀'; exit 2", "id": build,
+               "working_directory": "sub", "labels": [{"key": "door", "value": "mcp"}]}),
+    )
+    .await;
+    assert!(!is_error(&started), "{started:?}");
+    assert_eq!(started.structured_content.as_ref().unwrap()["id"], build);
+    assert_eq!(job_cursor(&text(&started)), "stdout=0,stderr=0");
+
+    // Cursor in, cursor out, until the end; the structured content carries the same cursor.
+    let mut cursor = job_cursor(&text(&started));
+    let mut stdout = String::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let last = loop {
+        let polled = call(
+            &client,
+            "job_output",
+            json!({"id": build, "cursor": cursor}),
+        )
+        .await;
+        assert!(!is_error(&polled), "{polled:?}");
+        let body = text(&polled);
+        stdout.push_str(&job_section(&body, "stdout"));
+        cursor = job_cursor(&body);
+        let structured = polled.structured_content.clone().unwrap();
+        assert_eq!(structured["cursor"], cursor.as_str());
+        if structured["finished"] == true {
+            break body;
+        }
+        assert!(Instant::now() < deadline, "{body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let sub = root.join("sub");
+    assert_eq!(stdout, format!("{}\né😀\n", sub.display()));
+    let bytes = sub.display().to_string().len() + 1 + "é😀".len();
+    assert_eq!(cursor, format!("stdout={bytes},stderr=5"));
+    assert!(
+        last.starts_with(&format!("job {build}: exited with code 2")),
+        "{last}"
+    );
+    assert!(last.contains("[end of output]"), "{last}");
+
+    let status = call(
+        &client,
+        "job_status",
+        json!({"id": build, "wait_secs": 0.5}),
+    )
+    .await;
+    assert!(!is_error(&status));
+    assert!(
+        text(&status).contains(r#"labels: "door"="mcp""#),
+        "{status:?}"
+    );
+
+    // A kill takes the whole group, grandchildren included.
+    let server = format!("mcp-server-{t}");
+    let pattern = format!("sleep 30{t}");
+    let started = call(
+        &client,
+        "start_job",
+        json!({"command": format!("{pattern} & {pattern}; echo never"), "id": server}),
+    )
+    .await;
+    assert!(!is_error(&started), "{started:?}");
+    let waited = call(
+        &client,
+        "job_status",
+        json!({"id": server, "wait_secs": 0.3}),
+    )
+    .await;
+    assert!(text(&waited).contains("running (pid "), "{waited:?}");
+    let killed = call(&client, "kill_job", json!({"id": server})).await;
+    assert_eq!(
+        text(&killed),
+        format!("job {server}: killed by signal TERM")
+    );
+    assert!(
+        wait_until_gone(&pattern, Duration::from_secs(5))
+            .await
+            .is_empty()
+    );
+
+    let listed = text(&call(&client, "list_jobs", json!({})).await);
+    let ours: Vec<_> = listed
+        .lines()
+        .filter(|line| {
+            line.split(':')
+                .next()
+                .unwrap_or_default()
+                .ends_with(&format!("-{t}"))
+        })
+        .collect();
+    assert_eq!(ours.len(), 2, "{listed}");
+    assert!(
+        ours[0].starts_with(&format!("{build}: exited with code 2")),
+        "{listed}"
+    );
+    assert!(
+        ours[1].starts_with(&format!("{server}: killed by signal TERM")),
+        "{listed}"
+    );
+
+    // Mistakes are error results; the root holds for the job's directory too.
+    let outside = call(
+        &client,
+        "start_job",
+        json!({"command": "true", "working_directory": "/"}),
+    )
+    .await;
+    assert!(
+        is_error(&outside) && text(&outside).contains("outside the root"),
+        "{outside:?}"
+    );
+    let missing = call(&client, "job_output", json!({"id": "no-such-job"})).await;
+    assert!(
+        is_error(&missing) && text(&missing).contains("no-such-job"),
+        "{missing:?}"
+    );
+    let bad = call(&client, "job_output", json!({"id": build, "cursor": "x"})).await;
+    assert!(
+        is_error(&bad) && text(&bad).contains("stdout=N,stderr=M"),
+        "{bad:?}"
+    );
+
+    let executor = builder(&tb).build().await.unwrap();
+    for id in [build, server] {
+        executor.job(&id).await.unwrap().remove().await.unwrap();
+    }
 }

@@ -171,26 +171,29 @@ async fn the_binary_serves_rmcp_over_stdio() {
     let tb = testbed();
     let dir = tempfile::tempdir_in(tb.scratch_dir()).unwrap();
     let root = std::fs::canonicalize(dir.path()).unwrap();
-    let mut command = tokio::process::Command::new(BINARY);
-    command
-        .envs([
-            ("SWIFTIDE_SSH_HOST", tb.host()),
-            ("SWIFTIDE_SSH_PORT", tb.port().to_string()),
-            ("SWIFTIDE_SSH_USER", tb.user().to_owned()),
-            (
-                "SWIFTIDE_SSH_IDENTITY",
-                tb.private_key_path().display().to_string(),
-            ),
-            (
-                "SWIFTIDE_SSH_KNOWN_HOSTS",
-                tb.known_hosts_path().display().to_string(),
-            ),
-            ("SWIFTIDE_SSH_ROOT", root.display().to_string()),
-        ])
-        .stderr(Stdio::inherit());
+    let binary = || {
+        let mut command = tokio::process::Command::new(BINARY);
+        command
+            .envs([
+                ("SWIFTIDE_SSH_HOST", tb.host()),
+                ("SWIFTIDE_SSH_PORT", tb.port().to_string()),
+                ("SWIFTIDE_SSH_USER", tb.user().to_owned()),
+                (
+                    "SWIFTIDE_SSH_IDENTITY",
+                    tb.private_key_path().display().to_string(),
+                ),
+                (
+                    "SWIFTIDE_SSH_KNOWN_HOSTS",
+                    tb.known_hosts_path().display().to_string(),
+                ),
+                ("SWIFTIDE_SSH_ROOT", root.display().to_string()),
+            ])
+            .stderr(Stdio::inherit());
+        command
+    };
     let started = Instant::now();
     let client = Recorder::default()
-        .serve(TokioChildProcess::new(command).unwrap())
+        .serve(TokioChildProcess::new(binary()).unwrap())
         .await
         .expect("handshake with the binary");
     assert_eq!(
@@ -203,7 +206,7 @@ async fn the_binary_serves_rmcp_over_stdio() {
             .name,
         "swiftide-ssh-mcp"
     );
-    assert_eq!(client.list_all_tools().await.unwrap().len(), 7);
+    assert_eq!(client.list_all_tools().await.unwrap().len(), 12);
     let wrote = call(
         &client,
         "write_file",
@@ -230,6 +233,16 @@ async fn the_binary_serves_rmcp_over_stdio() {
     let left = wait_until_gone(&pattern, Duration::from_secs(5)).await;
     assert!(left.is_empty(), "survivors after cancellation: {left:?}");
 
+    // A job is not a call: it outlives the server process.
+    let job = format!("stdio-job-{t}");
+    let started_job = call(
+        &client,
+        "start_job",
+        json!({"command": "sleep 1; echo survived", "id": job}),
+    )
+    .await;
+    assert!(!is_error(&started_job), "{started_job:?}");
+
     // Closing the client ends the server process, and a command still running with it.
     let pattern = format!("sleep 301.{t}");
     let call_future = client.call_tool(
@@ -240,6 +253,36 @@ async fn the_binary_serves_rmcp_over_stdio() {
     client.cancel().await.unwrap();
     let left = wait_until_gone(&pattern, Duration::from_secs(5)).await;
     assert!(left.is_empty(), "survivors after the client left: {left:?}");
+
+    // A new server process finds the job by id, waits for it and reads its output.
+    let client = Recorder::default()
+        .serve(TokioChildProcess::new(binary()).unwrap())
+        .await
+        .expect("handshake with the second binary");
+    let status = call(&client, "job_status", json!({"id": job, "wait_secs": 10})).await;
+    assert!(
+        text(&status).starts_with(&format!("job {job}: exited with code 0")),
+        "{status:?}"
+    );
+    let output = text(&call(&client, "job_output", json!({"id": job})).await);
+    assert!(output.contains("--- stdout ---\nsurvived\n"), "{output}");
+    assert!(output.ends_with("cursor: stdout=9,stderr=0"), "{output}");
+    client.cancel().await.unwrap();
+    remove_job(&tb, &job).await;
+}
+
+/// Removes a finished job the test started (jobs live in the account's state directory).
+async fn remove_job(tb: &Testbed, id: &str) {
+    let executor = swiftide_ssh_executor::SshExecutor::builder()
+        .host(tb.host())
+        .port(tb.port())
+        .user(tb.user())
+        .private_key_file(tb.private_key_path())
+        .known_hosts_file(tb.known_hosts_path())
+        .build()
+        .await
+        .unwrap();
+    executor.job(id).await.unwrap().remove().await.unwrap();
 }
 
 const PYTHON_CLIENT: &str = r#"
@@ -371,7 +414,7 @@ async fn the_python_mcp_sdk_drives_the_binary() {
     let result: Value = serde_json::from_str(stdout.lines().last().unwrap())
         .unwrap_or_else(|e| panic!("{e}: {stdout}"));
     assert_eq!(result["server"], "swiftide-ssh-mcp");
-    assert_eq!(result["tools"].as_array().unwrap().len(), 7, "{result}");
+    assert_eq!(result["tools"].as_array().unwrap().len(), 12, "{result}");
     assert_eq!(result["run"], json!(["one\ntwo\n[exit code 0]", false]));
     assert_eq!(result["progress"], json!(["one\n", "two\n"]));
     assert_eq!(result["write"][1], false);

@@ -1,15 +1,31 @@
 //! A bamboo [`ToolExecutor`] over SSH (feature `bamboo`): bamboo's built-in shell and file
-//! tools, named and shaped as in `bamboo-tools` (`Bash`, `Read`, `Write`, `Glob`, `Grep`,
-//! `GetFileInfo`, with the same JSON argument schemas), running on a remote host.
+//! tools, named and shaped as in `bamboo-tools` (`Bash`, `BashOutput`, `KillShell`, `Read`,
+//! `Write`, `Glob`, `Grep`, `GetFileInfo`, with the same JSON argument schemas), running on
+//! a remote host.
 //!
 //! * Arguments arrive as raw JSON (`ToolCall::function::arguments`); unknown fields, missing
 //!   or mistyped ones are [`ToolError::InvalidArguments`], an unknown tool is
 //!   [`ToolError::NotFound`].
 //! * `Bash` streams its output as [`AgentEvent::ToolToken`] through the context's
-//!   `event_tx`; dropping the future kills the remote process group. Background and
-//!   interactive shells (`run_in_background`, `interactive`) are not available.
-//! * `call_mutability` / `call_concurrency_safe`: `Read`, `Glob`, `Grep` and `GetFileInfo` are
-//!   read-only and may run in parallel; `Bash`, `Write` and unknown names are mutating.
+//!   `event_tx`; dropping the future kills the remote process group. Interactive shells
+//!   (`interactive`) are not available.
+//! * `Bash` with `run_in_background: true` starts the command as a job on the host
+//!   ([`SshExecutor::spawn_job`]): it outlives the call, the connection and the agent. The
+//!   outcome is bamboo's [`ToolOutcome::Running`] (from
+//!   [`execute_with_context_outcome`](ToolExecutor::execute_with_context_outcome); the other
+//!   entry points return its acknowledgement), whose ack names the `bash_id`. When the
+//!   context carries a `bash_completion_sink` and a session id, a watcher task delivers the
+//!   end (exit code, status, output tail) to it, as bamboo's own background shells do. The
+//!   handle's `kill` kills the job's process group. `timeout` does not apply to a
+//!   background shell.
+//! * `BashOutput` (`bash_id`, optional `filter` regex) returns the shell's output since the
+//!   last `BashOutput` call for it through this executor, with its state and the cursor
+//!   reached; passing that `cursor` back reads from there again (nothing is consumed on the
+//!   host, so another executor or a restarted agent can read everything). `KillShell`
+//!   (`shell_id`) kills the job's whole process group. Both work for any job on the host.
+//! * `call_mutability` / `call_concurrency_safe`: `Read`, `Glob`, `Grep`, `GetFileInfo` and
+//!   `BashOutput` are read-only and may run in parallel; `Bash`, `Write`, `KillShell` and
+//!   unknown names are mutating.
 //! * Permission checks keep bamboo's defaults (this executor adds no gate of its own).
 //! * Relative paths resolve against the workspace given to [`SshToolExecutor::new`].
 //! * `Glob` and `Grep` walk the tree remotely with `find`; they do not apply `.gitignore`
@@ -17,14 +33,17 @@
 //!   not supported.
 
 use std::{
+    collections::HashMap,
     path::{Path, PathBuf},
+    sync::{Arc, Mutex},
     time::{Duration, UNIX_EPOCH},
 };
 
 use async_trait::async_trait;
 use bamboo_agent_core::{
-    AgentEvent, FunctionSchema, ToolCall, ToolError, ToolExecutionContext, ToolExecutor,
-    ToolMutability, ToolResult, ToolSchema,
+    AgentEvent, AsyncWaitKind, BashCompletionInfo, BashCompletionSink, FunctionSchema,
+    RunningCompletion, RunningHandle, ToolCall, ToolError, ToolExecutionContext, ToolExecutor,
+    ToolMutability, ToolOutcome, ToolResult, ToolSchema,
 };
 use futures::StreamExt;
 use serde::Deserialize;
@@ -35,6 +54,13 @@ use crate::{
     command::{ExitStatus, OutputChunk},
     error::{Error, SftpStatus},
     executor::{ExecOptions, SshExecutor},
+    jobs::{
+        Job, JobCursor, JobOptions, JobStatus, JobStream,
+        tools::{
+            DEFAULT_KILL_GRACE, DEFAULT_OUTPUT_BYTES, complete_utf8_prefix, kill_job, model_facing,
+            start_job,
+        },
+    },
 };
 
 const DEFAULT_TIMEOUT_MS: u64 = 120_000;
@@ -46,8 +72,24 @@ const MAX_GREP_FILE_BYTES: u64 = 2 * 1024 * 1024;
 const DEFAULT_GLOB_MATCHES: usize = 100;
 const MAX_GLOB_MATCHES: usize = 200;
 const CONCURRENT_READS: usize = 8;
+/// Bytes of each stream's end a background shell's completion carries.
+const COMPLETION_TAIL_BYTES: u64 = 2048;
+/// How often the completion watcher asks a background shell's state, at most.
+const WATCH_INTERVAL: Duration = Duration::from_secs(2);
+/// Failed state reads in a row after which the watcher reports an error.
+const WATCH_FAILURES: u32 = 5;
 
-const READ_ONLY: &[&str] = &["Read", "Glob", "Grep", "GetFileInfo"];
+const READ_ONLY: &[&str] = &["Read", "Glob", "Grep", "GetFileInfo", "BashOutput"];
+const TOOL_NAMES: &[&str] = &[
+    "Bash",
+    "BashOutput",
+    "KillShell",
+    "Read",
+    "Write",
+    "Glob",
+    "Grep",
+    "GetFileInfo",
+];
 
 /// bamboo's built-in shell and file tools on a remote host.
 ///
@@ -64,6 +106,8 @@ const READ_ONLY: &[&str] = &["Read", "Glob", "Grep", "GetFileInfo"];
 pub struct SshToolExecutor {
     executor: SshExecutor,
     workspace: PathBuf,
+    /// Where each background shell's `BashOutput` continues (shared by clones).
+    cursors: Arc<Mutex<HashMap<String, JobCursor>>>,
 }
 
 impl SshToolExecutor {
@@ -72,6 +116,7 @@ impl SshToolExecutor {
         Self {
             executor,
             workspace: workspace.into(),
+            cursors: Arc::default(),
         }
     }
 
@@ -157,6 +202,22 @@ struct BashArgs {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct BashOutputArgs {
+    bash_id: String,
+    #[serde(default)]
+    filter: Option<String>,
+    #[serde(default)]
+    cursor: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KillShellArgs {
+    shell_id: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct ReadArgs {
     file_path: String,
     #[serde(default)]
@@ -236,7 +297,7 @@ impl SshToolExecutor {
         &self,
         args: Value,
         ctx: &ToolExecutionContext<'_>,
-    ) -> Result<ToolResult, ToolError> {
+    ) -> Result<ToolOutcome, ToolError> {
         let args: BashArgs = parse("Bash", args)?;
         let command = args.command.trim();
         if command.is_empty() {
@@ -244,20 +305,34 @@ impl SshToolExecutor {
                 "'command' cannot be empty".to_owned(),
             ));
         }
-        if args.run_in_background == Some(true) || args.interactive == Some(true) {
+        if args.interactive == Some(true) {
             return Err(ToolError::InvalidArguments(
-                "run_in_background and interactive are not available over SSH: omit them to run synchronously"
+                "interactive is not available over SSH: omit it, or use run_in_background"
                     .to_owned(),
             ));
         }
-        let timeout_ms = args
-            .timeout
-            .unwrap_or(DEFAULT_TIMEOUT_MS)
-            .clamp(1, MAX_TIMEOUT_MS);
         let dir = args
             .workdir
             .as_deref()
             .map_or_else(|| self.workspace.clone(), |d| self.path(d));
+        if args.run_in_background == Some(true) {
+            return self.bash_background(command, dir, ctx).await;
+        }
+        self.bash_foreground(command, dir, args.timeout, ctx)
+            .await
+            .map(ToolOutcome::Completed)
+    }
+
+    async fn bash_foreground(
+        &self,
+        command: &str,
+        dir: PathBuf,
+        timeout: Option<u64>,
+        ctx: &ToolExecutionContext<'_>,
+    ) -> Result<ToolResult, ToolError> {
+        let timeout_ms = timeout
+            .unwrap_or(DEFAULT_TIMEOUT_MS)
+            .clamp(1, MAX_TIMEOUT_MS);
         let options = ExecOptions::default()
             .current_dir(dir)
             .timeout(Duration::from_millis(timeout_ms));
@@ -315,6 +390,135 @@ impl SshToolExecutor {
             output.push_str("\n[TRUNCATED] output capped at 512KB per stream");
         }
         Ok(text(success, output))
+    }
+
+    /// `Bash` with `run_in_background`: the command as a job, and bamboo's `Running`
+    /// outcome whose ack names the `bash_id`.
+    async fn bash_background(
+        &self,
+        command: &str,
+        dir: PathBuf,
+        ctx: &ToolExecutionContext<'_>,
+    ) -> Result<ToolOutcome, ToolError> {
+        let mut options = JobOptions::new()
+            .current_dir(dir)
+            .label("bamboo.tool_call_id", ctx.tool_call_id);
+        if let Some(session) = ctx.session_id {
+            options = options.label("bamboo.session_id", session);
+        }
+        let (job, started) = match start_job(&self.executor, command, options).await {
+            Ok(started) => started,
+            Err(error) => return job_failed(error).map(ToolOutcome::Completed),
+        };
+        let id = job.id().to_owned();
+        self.remember(&id, JobCursor::default());
+        let ack = ToolResult {
+            success: true,
+            result: json!({
+                "bash_id": id,
+                "status": "running",
+                "command": command,
+                "message": format!(
+                    "{started}\nRead its output with BashOutput {{\"bash_id\": \"{id}\"}}; stop \
+                     it with KillShell {{\"shell_id\": \"{id}\"}}. It keeps running on the host \
+                     after this call."
+                ),
+            })
+            .to_string(),
+            display_preference: Some("json".to_owned()),
+            images: Vec::new(),
+        };
+        if let (Some(sink), Some(session)) = (ctx.cloned_bash_completion_sink(), ctx.session_id) {
+            tokio::spawn(watch_background(
+                self.executor.clone(),
+                job.clone(),
+                command.to_owned(),
+                session.to_owned(),
+                sink,
+            ));
+        }
+        let kill: Box<dyn FnOnce() + Send> = Box::new(move || {
+            // A sync callback: the kill runs as a task (nothing to run it on outside a runtime).
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(async move {
+                    if let Err(error) = job.kill(DEFAULT_KILL_GRACE).await {
+                        tracing::debug!(id = %job.id(), %error, "killing a background shell failed");
+                    }
+                });
+            }
+        });
+        Ok(ToolOutcome::Running(RunningHandle {
+            tool_call_id: ctx.tool_call_id.to_owned(),
+            ack,
+            completion: RunningCompletion::Detached,
+            wait_kind: AsyncWaitKind::AsyncTools,
+            kill,
+        }))
+    }
+
+    fn remember(&self, id: &str, cursor: JobCursor) {
+        self.cursors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(id.to_owned(), cursor);
+    }
+
+    fn recalled(&self, id: &str) -> JobCursor {
+        self.cursors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(id)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// `BashOutput`: what is new since the last call (or since `cursor`), with the state.
+    async fn bash_output(&self, args: Value) -> Result<ToolResult, ToolError> {
+        let args: BashOutputArgs = parse("BashOutput", args)?;
+        require_path("bash_id", &args.bash_id)?;
+        let filter =
+            match args.filter.as_deref() {
+                Some(filter) => Some(regex::Regex::new(filter).map_err(|e| {
+                    ToolError::InvalidArguments(format!("Invalid filter regex: {e}"))
+                })?),
+                None => None,
+            };
+        let cursor = match args.cursor.as_deref() {
+            Some(text) => text
+                .parse()
+                .map_err(|e: Error| ToolError::InvalidArguments(e.to_string()))?,
+            None => self.recalled(&args.bash_id),
+        };
+        let poll = match self.executor.job(&args.bash_id).await {
+            Ok(job) => job.poll(cursor, DEFAULT_OUTPUT_BYTES).await,
+            Err(error) => Err(error),
+        };
+        let mut poll = match poll {
+            Ok(poll) => poll,
+            Err(error) => return job_failed(error),
+        };
+        self.remember(&args.bash_id, poll.cursor());
+        if let Some(filter) = &filter {
+            for part in [&mut poll.stdout, &mut poll.stderr] {
+                part.text = part
+                    .text
+                    .lines()
+                    .filter(|line| filter.is_match(line))
+                    .map(|line| format!("{line}\n"))
+                    .collect();
+            }
+        }
+        Ok(text(true, poll.text(&args.bash_id)))
+    }
+
+    /// `KillShell`: the job's whole process group.
+    async fn kill_shell(&self, args: Value) -> Result<ToolResult, ToolError> {
+        let args: KillShellArgs = parse("KillShell", args)?;
+        require_path("shell_id", &args.shell_id)?;
+        match kill_job(&self.executor, &args.shell_id, None).await {
+            Ok(answer) => Ok(text(true, answer)),
+            Err(error) => job_failed(error),
+        }
     }
 
     async fn read(&self, args: Value) -> Result<ToolResult, ToolError> {
@@ -624,6 +828,92 @@ impl SshToolExecutor {
     }
 }
 
+/// A job error the model can act on (unknown id, bad cursor) is a failed result; a transport
+/// failure is an execution error.
+fn job_failed(error: Error) -> Result<ToolResult, ToolError> {
+    match model_facing(&error) {
+        Some(message) => Ok(text(false, message)),
+        None => Err(ToolError::Execution(error.to_string())),
+    }
+}
+
+/// The last bytes of each stream of a finished job, for its completion.
+async fn output_tail(executor: &SshExecutor, job: &Job) -> String {
+    let mut out = String::new();
+    for stream in [JobStream::Stdout, JobStream::Stderr] {
+        let Ok(meta) = executor.metadata(&job.dir().join(stream.name())).await else {
+            continue;
+        };
+        let from = meta.size.saturating_sub(COMPLETION_TAIL_BYTES);
+        let Ok(read) = job.read(stream, from, COMPLETION_TAIL_BYTES).await else {
+            continue;
+        };
+        // Start on a whole UTF-8 sequence (skip the continuation bytes the cut left).
+        let skip = read
+            .bytes
+            .iter()
+            .take(3)
+            .take_while(|byte| *byte & 0xC0 == 0x80)
+            .count();
+        let bytes = &read.bytes[skip..];
+        let tail = String::from_utf8_lossy(&bytes[..complete_utf8_prefix(bytes)]);
+        if tail.is_empty() {
+            continue;
+        }
+        if stream == JobStream::Stderr {
+            out.push_str("--- stderr ---\n");
+        }
+        out.push_str(&tail);
+        if !out.ends_with('\n') {
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// Watches a background shell until it ends and delivers the end to bamboo's sink, as
+/// bamboo's own background shells do.
+async fn watch_background(
+    executor: SshExecutor,
+    job: Job,
+    command: String,
+    session_id: String,
+    sink: Arc<dyn BashCompletionSink>,
+) {
+    let mut failures = 0;
+    let mut pause = Duration::from_millis(100);
+    let status = loop {
+        match job.status().await {
+            Ok(status) if status.is_finished() => break Some(status),
+            Ok(_) => failures = 0,
+            Err(Error::JobNotFound { .. }) => break None,
+            Err(error) => {
+                failures += 1;
+                tracing::debug!(id = %job.id(), %error, "background shell state unknown");
+                if failures >= WATCH_FAILURES {
+                    break None;
+                }
+            }
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(WATCH_INTERVAL);
+    };
+    let (exit_code, state) = match &status {
+        Some(JobStatus::Exited(ExitStatus::Code(code))) => (i32::try_from(*code).ok(), "completed"),
+        Some(JobStatus::Exited(_)) => (None, "killed"),
+        _ => (None, "error"),
+    };
+    let output_tail = output_tail(&executor, &job).await;
+    sink.on_bash_completed(BashCompletionInfo {
+        session_id,
+        bash_id: job.id().to_owned(),
+        command,
+        exit_code,
+        status: state.to_owned(),
+        output_tail,
+    });
+}
+
 fn parse_arguments(call: &ToolCall, ctx: &ToolExecutionContext<'_>) -> Result<Value, ToolError> {
     if let Some(args) = ctx.pre_parsed_args {
         return Ok(args.clone());
@@ -654,45 +944,91 @@ impl ToolExecutor for SshToolExecutor {
             .await
     }
 
+    /// The ack of a background `Bash`, or the result.
     async fn execute_with_context(
         &self,
         call: &ToolCall,
         ctx: ToolExecutionContext<'_>,
     ) -> Result<ToolResult, ToolError> {
+        self.execute_with_context_outcome(call, ctx)
+            .await
+            .map(ToolOutcome::into_tool_result)
+    }
+
+    async fn execute_with_context_outcome(
+        &self,
+        call: &ToolCall,
+        ctx: ToolExecutionContext<'_>,
+    ) -> Result<ToolOutcome, ToolError> {
         let name = call.function.name.trim();
         if !self.owns_exact_tool(name) {
             return Err(ToolError::NotFound(name.to_owned()));
         }
         let args = parse_arguments(call, &ctx)?;
-        match name {
-            "Bash" => self.bash(args, &ctx).await,
+        let result = match name {
+            "Bash" => return self.bash(args, &ctx).await,
+            "BashOutput" => self.bash_output(args).await,
+            "KillShell" => self.kill_shell(args).await,
             "Read" => self.read(args).await,
             "Write" => self.write(args).await,
             "Glob" => self.glob(args).await,
             "Grep" => self.grep(args).await,
             "GetFileInfo" => self.file_info(args).await,
             other => Err(ToolError::NotFound(other.to_owned())),
-        }
+        };
+        result.map(ToolOutcome::Completed)
     }
 
     fn list_tools(&self) -> Vec<ToolSchema> {
         vec![
             schema(
                 "Bash",
-                "Execute shell commands on the remote host with streaming output. Runs synchronously \
-                 in the workspace (background and interactive mode are not available). Default \
-                 timeout is 120000ms (max 600000ms); captured stdout/stderr are each capped at 512KB.",
+                "Execute shell commands on the remote host with streaming output, in the workspace. \
+                 Default timeout is 120000ms (max 600000ms); captured stdout/stderr are each capped \
+                 at 512KB. With run_in_background the command starts as a background shell that \
+                 outlives the call and the connection: it returns a bash_id at once; read the output \
+                 with BashOutput and stop it with KillShell. Interactive mode is not available.",
                 json!({
                     "type": "object",
                     "properties": {
                         "command": { "type": "string", "description": "The command to execute" },
                         "timeout": { "type": "number", "description": "Optional timeout in milliseconds (default 120000, max 600000)" },
                         "description": { "type": "string", "description": "Optional short context label for the command" },
-                        "run_in_background": { "type": "boolean", "description": "Not available over SSH: omit it or set it to false." },
+                        "run_in_background": { "type": "boolean", "description": "Set to true to run this command in the background on the remote host (no timeout applies). Use BashOutput to read the output later." },
                         "interactive": { "type": "boolean", "description": "Not available over SSH: omit it or set it to false." },
                         "workdir": { "type": "string", "description": "Optional working directory. Relative paths are resolved from the session workspace." }
                     },
                     "required": ["command"],
+                    "additionalProperties": false
+                }),
+            ),
+            schema(
+                "BashOutput",
+                "Retrieve output from a running or completed background shell on the remote host. \
+                 Returns only new output since the last BashOutput call for it, with its state \
+                 (running, exit code or signal) and the cursor reached; pass a cursor to read from \
+                 there again. Supports an optional regex filter on output lines.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "bash_id": { "type": "string", "description": "The ID of the background shell to retrieve output from" },
+                        "filter": { "type": "string", "description": "Optional regular expression to filter the output lines. Only lines matching this regex will be included in the result." },
+                        "cursor": { "type": "string", "description": "Optional cursor (stdout=N,stderr=M) a previous call returned: read from there instead of from the last call's end. stdout=0,stderr=0 reads everything again." }
+                    },
+                    "required": ["bash_id"],
+                    "additionalProperties": false
+                }),
+            ),
+            schema(
+                "KillShell",
+                "Kill a running background shell on the remote host by its ID: its whole process \
+                 group gets SIGTERM, then SIGKILL after 2 s.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "shell_id": { "type": "string", "description": "The ID of the background shell to kill" }
+                    },
+                    "required": ["shell_id"],
                     "additionalProperties": false
                 }),
             ),
@@ -782,10 +1118,7 @@ impl ToolExecutor for SshToolExecutor {
     }
 
     fn owns_exact_tool(&self, tool_name: &str) -> bool {
-        matches!(
-            tool_name,
-            "Bash" | "Read" | "Write" | "Glob" | "Grep" | "GetFileInfo"
-        )
+        TOOL_NAMES.contains(&tool_name)
     }
 
     fn tool_mutability(&self, tool_name: &str) -> ToolMutability {

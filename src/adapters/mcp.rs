@@ -2,17 +2,22 @@
 //! `swiftide-ssh-mcp` binary (its own crate, which parses the command line, builds the
 //! executor and calls [`serve`]), for embedding the server in a program of your own.
 //!
-//! [`SshMcpServer`] is an [`rmcp`] `ServerHandler` with seven tools: `run_command`,
-//! `read_file`, `write_file`, `list_directory`, `glob`, `grep` and `file_info`.
+//! [`SshMcpServer`] is an [`rmcp`] `ServerHandler` with twelve tools: `run_command`,
+//! `read_file`, `write_file`, `list_directory`, `glob`, `grep` and `file_info`, and for jobs
+//! (commands that outlive the call, the connection and the server: [`SshExecutor::spawn_job`])
+//! `start_job`, `job_output` (stdout and stderr since a cursor: cursor in, cursor out,
+//! nothing consumed), `job_status` (with an optional wait for the end), `kill_job` and
+//! `list_jobs`.
 //!
 //! * **Streaming:** `run_command` sends each batch of output as a `notifications/progress`
 //!   message (progress = bytes so far, message = the text) when the request carried a
 //!   progress token.
 //! * **Cancellation:** a `notifications/cancelled` for a running tool call drops the
 //!   executor's future, which kills the remote process group (SIGTERM, then SIGKILL after the
-//!   grace period). So does the client going away (stdin closed).
-//! * **Root:** with [`ServerOptions::root`] every file tool (and `run_command`'s working
-//!   directory) resolves its path with the server's `realpath` (SFTP) before each access, and
+//!   grace period). So does the client going away (stdin closed). A job is not a call: it
+//!   keeps running when the client or the server goes away; `kill_job` kills it.
+//! * **Root:** with [`ServerOptions::root`] every file tool (and the working directory of
+//!   `run_command` and `start_job`) resolves its path with the server's `realpath` (SFTP) before each access, and
 //!   refuses a path that resolves outside the root. Commands themselves are not confined: a shell
 //!   command can touch anything the account can.
 //! * **Errors:** arguments that do not match a tool's schema are JSON-RPC `invalid params`
@@ -48,6 +53,11 @@ use tokio::sync::Notify;
 use crate::{
     Error, ExecOptions, Execution, ExitStatus, FileMetadata, OutputChunk, SftpStatus, SshExecutor,
     command::quote,
+    jobs::tools::{
+        JOB_OUTPUT_ABOUT, JOB_STATUS_ABOUT, JobOutputArgs, JobStatusArgs, KILL_JOB_ABOUT,
+        KillJobArgs, LIST_JOBS_ABOUT, START_JOB_ABOUT, StartJobArgs, job_output, job_status,
+        kill_job, list_jobs, model_facing, start_job,
+    },
 };
 
 /// Files larger than this are refused by `read_file` (an MCP message carries them whole).
@@ -578,6 +588,68 @@ impl SshMcpServer {
     ) -> Result<CallToolResult, ErrorData> {
         into_result(self.file_info_inner(args).await)
     }
+
+    #[tool(description = START_JOB_ABOUT)]
+    async fn start_job(
+        &self,
+        Parameters(args): Parameters<StartJobArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        into_result(self.start_job_inner(args).await)
+    }
+
+    #[tool(description = JOB_OUTPUT_ABOUT)]
+    async fn job_output(
+        &self,
+        Parameters(args): Parameters<JobOutputArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        into_result(self.job_output_inner(args).await)
+    }
+
+    #[tool(description = JOB_STATUS_ABOUT)]
+    async fn job_status(
+        &self,
+        Parameters(args): Parameters<JobStatusArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let wait = args.wait();
+        into_result(match wait {
+            Ok(wait) => job_status(&self.executor, &args.id, wait)
+                .await
+                .map(text_result)
+                .map_err(|e| job_error(&e)),
+            Err(error) => Err(job_error(&error)),
+        })
+    }
+
+    #[tool(description = KILL_JOB_ABOUT)]
+    async fn kill_job(
+        &self,
+        Parameters(args): Parameters<KillJobArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let grace = args.grace();
+        into_result(match grace {
+            Ok(grace) => kill_job(&self.executor, &args.id, grace)
+                .await
+                .map(text_result)
+                .map_err(|e| job_error(&e)),
+            Err(error) => Err(job_error(&error)),
+        })
+    }
+
+    #[tool(description = LIST_JOBS_ABOUT)]
+    async fn list_jobs(&self) -> Result<CallToolResult, ErrorData> {
+        into_result(
+            list_jobs(&self.executor)
+                .await
+                .map(text_result)
+                .map_err(|e| job_error(&e)),
+        )
+    }
+}
+
+/// A job error as the client reads it: the plain message for one the model can act on, the
+/// message with its causes for a transport failure.
+fn job_error(error: &Error) -> String {
+    model_facing(error).unwrap_or_else(|| describe(error))
 }
 
 impl SshMcpServer {
@@ -851,6 +923,40 @@ impl SshMcpServer {
             lines.push(format!("[grep reported: {stderr}]"));
         }
         Ok(text_result(lines.join("\n")))
+    }
+
+    async fn start_job_inner(&self, args: StartJobArgs) -> ToolResult<CallToolResult> {
+        if args.command.trim().is_empty() {
+            return Err("`command` is empty".to_owned());
+        }
+        let dir = match &args.working_directory {
+            Some(dir) => Some(self.resolve(dir).await?),
+            None => None,
+        };
+        let (command, mut options) = args.into_options().map_err(|e| job_error(&e))?;
+        if let Some(dir) = dir {
+            options = options.current_dir(dir);
+        }
+        let (job, text) = start_job(&self.executor, &command, options)
+            .await
+            .map_err(|e| job_error(&e))?;
+        let mut result = text_result(text);
+        result.structured_content =
+            Some(json!({ "id": job.id(), "cursor": crate::JobCursor::default().to_string() }));
+        Ok(result)
+    }
+
+    async fn job_output_inner(&self, args: JobOutputArgs) -> ToolResult<CallToolResult> {
+        let (cursor, max) = args.cursor_and_limit().map_err(|e| job_error(&e))?;
+        let (poll, text) = job_output(&self.executor, &args.id, cursor, max)
+            .await
+            .map_err(|e| job_error(&e))?;
+        let mut result = text_result(text);
+        result.structured_content = Some(json!({
+            "cursor": poll.cursor().to_string(),
+            "finished": poll.finished(),
+        }));
+        Ok(result)
     }
 
     async fn file_info_inner(&self, args: PathArgs) -> ToolResult<CallToolResult> {

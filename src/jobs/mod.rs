@@ -15,6 +15,7 @@
 mod script;
 mod spec;
 mod state;
+pub(crate) mod tools;
 
 use std::{
     collections::BTreeMap,
@@ -144,7 +145,8 @@ pub struct JobOutput {
     pub dropped: Option<JobDrop>,
 }
 
-/// What [`Job::follow`] starts from: an offset per stream.
+/// What [`Job::follow`] starts from: an offset per stream. Its text form (`Display`,
+/// `FromStr`) is `stdout=N,stderr=M`, the cursor the agent tools hand out and take back.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct JobCursor {
     /// Offset into stdout.

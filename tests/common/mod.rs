@@ -128,3 +128,30 @@ pub fn user_ca(dir: &std::path::Path) -> std::path::PathBuf {
     ]);
     ca
 }
+
+/// The `cursor: ...` value of a job tool's text (every door renders it the same way).
+pub fn job_cursor(text: &str) -> String {
+    text.lines()
+        .find_map(|line| line.strip_prefix("cursor: "))
+        .unwrap_or_else(|| panic!("no cursor in {text:?}"))
+        .to_owned()
+}
+
+/// The lines of one stream (`stdout`, `stderr`) in a job tool's output text, each with its
+/// newline; empty when the text has no such section.
+pub fn job_section(text: &str, stream: &str) -> String {
+    let header = format!("--- {stream} ---");
+    let mut lines = text.lines().skip_while(|line| *line != header);
+    if lines.next().is_none() {
+        return String::new();
+    }
+    lines
+        .take_while(|line| {
+            !(line.starts_with("--- ")
+                || line.starts_with('[')
+                || line.starts_with("cursor: ")
+                || *line == "(no new output)")
+        })
+        .map(|line| format!("{line}\n"))
+        .collect()
+}

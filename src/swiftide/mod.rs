@@ -1,5 +1,10 @@
-//! The swiftide-core 0.33 `ToolExecutor` implementation: the only module that speaks
-//! swiftide's types, so a swiftide upgrade touches one file.
+//! The swiftide-core 0.33 layer: the `ToolExecutor` implementation (this file) and the job
+//! tools an agent calls ([`job_tools`]). The only module that speaks swiftide's types, so a
+//! swiftide upgrade touches this directory alone.
+
+mod job_tools;
+
+pub use job_tools::JobTools;
 
 use std::{path::Path, time::Duration};
 
