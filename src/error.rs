@@ -467,6 +467,22 @@ pub enum Error {
         /// The operating system's error.
         source: std::io::Error,
     },
+
+    /// A fleet run needs more open files than the process may have: its soft limit
+    /// (`RLIMIT_NOFILE`) could not be raised to `needed`. Nothing was started.
+    #[error(
+        "a fleet run needs {needed} open files; the open-file limit is {soft} (hard {hard}): {reason}"
+    )]
+    DescriptorLimit {
+        /// Descriptors the run needs: those open, one socket per connection, and headroom.
+        needed: u64,
+        /// The soft limit in force.
+        soft: u64,
+        /// The hard limit.
+        hard: u64,
+        /// Why it could not be raised, and what to do.
+        reason: String,
+    },
 }
 
 /// The SFTP status codes a failed file operation can carry.

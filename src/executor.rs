@@ -214,4 +214,11 @@ impl SshExecutor {
     pub async fn close(&self) {
         self.inner.close().await;
     }
+
+    /// Disconnects the idle connections and retires the busy ones (they close when their
+    /// commands end), leaving the executor usable: the next command dials again. For fleets
+    /// that let a host's connection go once its result is in.
+    pub(crate) async fn release_connections(&self) {
+        self.inner.registry.close_all().await;
+    }
 }

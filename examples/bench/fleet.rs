@@ -416,6 +416,10 @@ struct Peers {
     asyncssh_python: Option<PathBuf>,
     pssh: Option<String>,
     ansible: Option<PathBuf>,
+    /// ClusterShell's `clush` (PyPI, in the Ansible venv).
+    clush: Option<PathBuf>,
+    /// bssh (crates.io, `cargo install` into `target/bench/bssh`).
+    bssh: Option<PathBuf>,
     /// `asyncssh 2.24.1, parallel-ssh 2.3.4, …`
     versions: String,
     notes: Vec<String>,
@@ -463,6 +467,26 @@ impl Peers {
                 None
             }
         };
+        let clush = match setup_clush(&bench_dir.join("ansible-venv")) {
+            Ok((path, version)) => {
+                versions.push(version);
+                Some(path)
+            }
+            Err(e) => {
+                notes.push(format!("clush peer skipped: {e}"));
+                None
+            }
+        };
+        let bssh = match setup_bssh(&bench_dir.join("bssh")) {
+            Ok((path, version)) => {
+                versions.push(version);
+                Some(path)
+            }
+            Err(e) => {
+                notes.push(format!("bssh peer skipped: {e}"));
+                None
+            }
+        };
         let versions = versions.join(", ");
         println!("  peers: {versions}");
         for n in &notes {
@@ -473,6 +497,8 @@ impl Peers {
             asyncssh_python,
             pssh,
             ansible,
+            clush,
+            bssh,
             versions,
             notes,
         })
@@ -502,6 +528,202 @@ fn setup_ansible(venv: &Path) -> Result<(PathBuf, String), String> {
         .trim_end_matches(']')
         .to_owned();
     Ok((ansible, version))
+}
+
+/// ClusterShell (`clush`) from PyPI, in the Ansible venv (installed on first use).
+fn setup_clush(venv: &Path) -> Result<(PathBuf, String), String> {
+    let python = crate::peers::ensure_venv(venv)?;
+    let clush = venv.join("bin/clush");
+    if !clush.exists() {
+        println!("  pip install ClusterShell (into {})", venv.display());
+        crate::peers::pip_install(&python, "ClusterShell")?;
+    }
+    let out = Command::new(&clush)
+        .arg("--version")
+        .output()
+        .map_err(|e| format!("clush not runnable: {e}"))?;
+    if !out.status.success() {
+        return Err("clush --version failed".into());
+    }
+    // `clush 1.9.3`
+    let version = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    Ok((
+        clush,
+        format!("ClusterShell {}", version.trim_start_matches("clush ")),
+    ))
+}
+
+/// bssh, installed beforehand with `cargo install --ignore-rust-version --locked bssh --root
+/// target/bench/bssh` (it compiles for minutes, so the harness does not start it).
+fn setup_bssh(root: &Path) -> Result<(PathBuf, String), String> {
+    let bssh = root.join("bin/bssh");
+    if !bssh.exists() {
+        return Err(format!(
+            "not installed (cargo install --ignore-rust-version --locked bssh --root {})",
+            root.display()
+        ));
+    }
+    let out = Command::new(&bssh)
+        .arg("--version")
+        .output()
+        .map_err(|e| format!("bssh not runnable: {e}"))?;
+    if !out.status.success() {
+        return Err("bssh --version failed".into());
+    }
+    let version = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    Ok((bssh, version))
+}
+
+/// An OpenSSH client configuration naming each endpoint `h<i>` (`HostName 127.0.0.1`,
+/// its `Port`), for peers that take host names only (clush, bssh).
+fn write_alias_config(t: &Target<'_>, scratch: &Path) -> anyhow::Result<PathBuf> {
+    let path = scratch.join("aliases.ssh_config");
+    let mut text = String::new();
+    for (i, port) in t.endpoints.ports.iter().enumerate() {
+        text.push_str(&format!("Host h{i}\n  HostName 127.0.0.1\n  Port {port}\n"));
+    }
+    std::fs::write(&path, text)?;
+    Ok(path)
+}
+
+/// The hosts `h<i>` whose output line (`h<i>: Linux …`, as clush and bssh print them)
+/// arrived, counted once each.
+fn hosts_with_output(lines: &[(Duration, String)], prefix_sep: &str) -> usize {
+    let mut seen = std::collections::HashSet::new();
+    for (_, line) in lines {
+        let line = line.trim_start_matches(['[', ' ']);
+        if let Some((host, text)) = line.split_once(prefix_sep)
+            && host.starts_with('h')
+            && host[1..].chars().all(|c| c.is_ascii_digit())
+            && text.trim_start().starts_with(EXPECT)
+        {
+            seen.insert(host.to_owned());
+        }
+    }
+    seen.len()
+}
+
+/// clush: `clush -w h[0-99] -f 100 -l USER -o '<ssh options>' 'uname -a'`, each host an
+/// alias of the generated ssh config; output lines `h7: Linux …`.
+fn run_clush(clush: &Path, helper: &Path, t: &Target<'_>, scratch: &Path) -> Run {
+    let mut run = Run {
+        client: "clush".into(),
+        hosts: t.endpoints.len(),
+        ..Run::default()
+    };
+    let result = (|| -> anyhow::Result<()> {
+        let config = write_alias_config(t, scratch)?;
+        let ssh_options = openssh_options(t.key, &t.endpoints.known_hosts)
+            .into_iter()
+            .map(|o| {
+                if o.starts_with("-F ") {
+                    format!("-F {}", config.display())
+                } else {
+                    o
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
+        let args: Vec<String> = vec![
+            "-w".into(),
+            format!("h[0-{}]", t.endpoints.len() - 1),
+            "-f".into(),
+            t.concurrency.to_string(),
+            "-l".into(),
+            t.user.to_owned(),
+            "-t".into(),
+            "60".into(),
+            "-u".into(),
+            PER_HOST.as_secs().to_string(),
+            "-o".into(),
+            ssh_options,
+            COMMAND.into(),
+        ];
+        let w = run_wrapped(helper, &clush.display().to_string(), &args, &[], scratch)?;
+        run.record_process(&w);
+        run.ok = hosts_with_output(&w.lines, ": ");
+        if run.ok != run.hosts {
+            let sample: Vec<&str> = w.lines.iter().map(|(_, l)| l.as_str()).take(3).collect();
+            println!(
+                "    clush: {} of {} correct; stdout {sample:?}; stderr: {}",
+                run.ok,
+                run.hosts,
+                w.stderr_tail()
+            );
+        }
+        Ok(())
+    })();
+    if let Err(e) = result {
+        run.failure = Some(format!("{e:#}"));
+    }
+    run
+}
+
+/// bssh: `bssh -H root@127.0.0.1:P1,… -i KEY --parallel 100 --stream -o … 'uname -a'`
+/// (its own SSH stack, russh; strict host key checking against the fleet's known_hosts).
+/// A host counts when a line naming its port carries `Linux …`.
+fn run_bssh(bssh: &Path, helper: &Path, t: &Target<'_>, scratch: &Path) -> Run {
+    let mut run = Run {
+        client: "bssh".into(),
+        hosts: t.endpoints.len(),
+        ..Run::default()
+    };
+    let result = (|| -> anyhow::Result<()> {
+        let hosts = t
+            .endpoints
+            .ports
+            .iter()
+            .map(|p| format!("{}@127.0.0.1:{p}", t.user))
+            .collect::<Vec<_>>()
+            .join(",");
+        let args: Vec<String> = vec![
+            "-H".into(),
+            hosts,
+            "-i".into(),
+            t.key.display().to_string(),
+            "--parallel".into(),
+            t.concurrency.to_string(),
+            "--stream".into(),
+            "-o".into(),
+            "StrictHostKeyChecking=yes".into(),
+            "-o".into(),
+            format!("UserKnownHostsFile={}", t.endpoints.known_hosts.display()),
+            "-F".into(),
+            "/dev/null".into(),
+            COMMAND.into(),
+        ];
+        let w = run_wrapped(helper, &bssh.display().to_string(), &args, &[], scratch)?;
+        run.record_process(&w);
+        let ports: std::collections::HashSet<u16> = t.endpoints.ports.iter().copied().collect();
+        let mut seen = std::collections::HashSet::new();
+        for (_, line) in &w.lines {
+            if let Some(at) = line.find(EXPECT) {
+                let head = &line[..at];
+                if let Some(port) = head
+                    .split(|c: char| !c.is_ascii_digit())
+                    .filter_map(|p| p.parse::<u16>().ok())
+                    .find(|p| ports.contains(p))
+                {
+                    seen.insert(port);
+                }
+            }
+        }
+        run.ok = seen.len();
+        if run.ok != run.hosts {
+            let sample: Vec<&str> = w.lines.iter().map(|(_, l)| l.as_str()).take(3).collect();
+            println!(
+                "    bssh: {} of {} correct; stdout {sample:?}; stderr: {}",
+                run.ok,
+                run.hosts,
+                w.stderr_tail()
+            );
+        }
+        Ok(())
+    })();
+    if let Err(e) = result {
+        run.failure = Some(format!("{e:#}"));
+    }
+    run
 }
 
 /// The OpenSSH client options every OpenSSH-based peer gets: the testbed key, strict host key
@@ -541,6 +763,12 @@ fn with_machine_cpu(f: impl FnOnce() -> Run) -> Run {
 }
 
 fn run_ours(t: &Target<'_>, scratch: &Path) -> Run {
+    run_ours_with(t, scratch, &[])
+}
+
+/// Ours with extra `k=v` options for the child (`batches=`, `max_fail=`, `release=1`,
+/// `accept_new=1`), from a prefix command such as `ip netns exec NS` when `wrap` is given.
+fn run_ours_with(t: &Target<'_>, scratch: &Path, extra: &[String]) -> Run {
     let mut run = Run {
         client: "ours".into(),
         hosts: t.endpoints.len(),
@@ -550,7 +778,20 @@ fn run_ours(t: &Target<'_>, scratch: &Path) -> Run {
         let exe = std::env::current_exe()?;
         let stderr_file = scratch.join("ours.stderr");
         let started = Instant::now();
-        let out = Command::new(exe)
+        let wrap: Vec<&str> = extra
+            .iter()
+            .find_map(|e| e.strip_prefix("wrap="))
+            .map(|w| w.split(' ').collect())
+            .unwrap_or_default();
+        let mut command = match wrap.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(&exe);
+                c
+            }
+            None => Command::new(&exe),
+        };
+        let out = command
             .arg("--child")
             .arg("fleet-ours")
             .arg(format!("hosts={}", t.endpoints.hosts_file.display()))
@@ -558,6 +799,7 @@ fn run_ours(t: &Target<'_>, scratch: &Path) -> Run {
             .arg(format!("user={}", t.user))
             .arg(format!("key={}", t.key.display()))
             .arg(format!("concurrency={}", t.concurrency))
+            .args(extra.iter().filter(|e| !e.starts_with("wrap=")))
             .stdin(Stdio::null())
             .stderr(std::fs::File::create(&stderr_file)?)
             .output()?;
@@ -716,6 +958,117 @@ fn run_pssh(pssh: &str, helper: &Path, t: &Target<'_>, scratch: &Path) -> Run {
     run
 }
 
+/// The rolling plan of the rolling run: Ansible's `serial: [1, "10%", "50%"]`.
+const ROLLING: &str = "1,10%,50%";
+/// Its threshold: stop when more than this share of a batch failed (`max_fail_percentage`).
+const ROLLING_MAX_FAIL: u8 = 10;
+
+/// Ansible's rolling run: `ansible-playbook -f 100` of a play with `serial: [1, "10%",
+/// "50%"]` and `max_fail_percentage: 10` running `command: uname -a`; a host counts when
+/// its PLAY RECAP line says `ok=1 changed=1 unreachable=0 failed=0`.
+fn run_ansible_rolling(ansible: &Path, helper: &Path, t: &Target<'_>, scratch: &Path) -> Run {
+    let mut run = Run {
+        client: "Ansible serial".into(),
+        hosts: t.endpoints.len(),
+        ..Run::default()
+    };
+    let result = (|| -> anyhow::Result<()> {
+        let (inventory, env) = ansible_setup(t, scratch)?;
+        let play = scratch.join("rolling.yml");
+        std::fs::write(
+            &play,
+            format!(
+                "- hosts: fleet\n  gather_facts: false\n  serial: [1, \"10%\", \"50%\"]\n  max_fail_percentage: {ROLLING_MAX_FAIL}\n  tasks:\n    - command: {COMMAND}\n"
+            ),
+        )?;
+        let playbook = ansible.with_file_name("ansible-playbook");
+        let args: Vec<String> = vec![
+            "-i".into(),
+            inventory.display().to_string(),
+            "-f".into(),
+            CONCURRENCY.to_string(),
+            play.display().to_string(),
+        ];
+        let w = run_wrapped(
+            helper,
+            &playbook.display().to_string(),
+            &args,
+            &env,
+            scratch,
+        )?;
+        run.record_process(&w);
+        run.ok = w
+            .lines
+            .iter()
+            .filter(|(_, l)| {
+                let l: String = l.split_whitespace().collect::<Vec<_>>().join(" ");
+                l.contains(" : ok=1 changed=1 unreachable=0 failed=0")
+            })
+            .count();
+        if run.ok != run.hosts {
+            println!(
+                "    Ansible serial: {} of {} correct; last lines {:?}; stderr: {}",
+                run.ok,
+                run.hosts,
+                w.lines
+                    .iter()
+                    .rev()
+                    .take(3)
+                    .map(|(_, l)| l.as_str())
+                    .collect::<Vec<_>>(),
+                w.stderr_tail()
+            );
+        }
+        Ok(())
+    })();
+    if let Err(e) = result {
+        run.failure = Some(format!("{e:#}"));
+    }
+    run
+}
+
+/// The inventory and environment every Ansible run uses (see [`run_ansible`]).
+fn ansible_setup(
+    t: &Target<'_>,
+    scratch: &Path,
+) -> anyhow::Result<(PathBuf, Vec<(&'static str, String)>)> {
+    let inventory = scratch.join("inventory.ini");
+    let mut text = String::from("[fleet]\n");
+    for (i, port) in t.endpoints.ports.iter().enumerate() {
+        text.push_str(&format!(
+            "h{i} ansible_host=127.0.0.1 ansible_port={port}\n"
+        ));
+    }
+    text.push_str(&format!(
+        "[fleet:vars]\nansible_user={}\nansible_ssh_private_key_file={}\nansible_python_interpreter=/usr/bin/python3\n",
+        t.user,
+        t.key.display()
+    ));
+    std::fs::write(&inventory, text)?;
+    let config = scratch.join("ansible.cfg");
+    std::fs::write(&config, "")?;
+    let home = scratch.join("ansible-home");
+    let ssh_args = openssh_options(t.key, &t.endpoints.known_hosts)
+        .into_iter()
+        .filter(|o| !o.starts_with("-F") && !o.starts_with("-i "))
+        .chain(["-o ControlMaster=no".to_owned()])
+        .collect::<Vec<_>>()
+        .join(" ");
+    let env = vec![
+        ("ANSIBLE_CONFIG", config.display().to_string()),
+        ("ANSIBLE_HOME", home.display().to_string()),
+        ("ANSIBLE_LOCAL_TEMP", home.join("tmp").display().to_string()),
+        ("ANSIBLE_HOST_KEY_CHECKING", "True".into()),
+        ("ANSIBLE_PIPELINING", "True".into()),
+        ("ANSIBLE_SSH_ARGS", ssh_args),
+        ("ANSIBLE_TIMEOUT", "60".into()),
+        ("ANSIBLE_NOCOLOR", "1".into()),
+        ("ANSIBLE_FORCE_COLOR", "0".into()),
+        ("ANSIBLE_DEPRECATION_WARNINGS", "False".into()),
+    ];
+    Ok((inventory, env))
+}
+
 /// Ansible ad-hoc: `ansible all -i INVENTORY -m command -a 'uname -a' -f 100 -o`, with
 /// pipelining on (one ssh per host instead of several) and no ControlPersist master (it
 /// would outlive the run); host key checking on through the fleet's known_hosts.
@@ -830,8 +1183,18 @@ pub fn child_main(args: &[String]) -> anyhow::Result<()> {
     let template = SshExecutor::builder()
         .user(get("user")?)
         .private_key_file(get("key")?)
-        .known_hosts_file(get("known_hosts")?)
         .host("127.0.0.1");
+    // accept-new=1: the known_hosts file starts empty and every host is recorded.
+    let template = if map.get("accept_new").is_some_and(|v| v == "1") {
+        template.accept_new_host_keys(get("known_hosts")?)
+    } else {
+        template.known_hosts_file(get("known_hosts")?)
+    };
+    // Hosts as `ADDRESS:PORT` lines (a distinct address each in the 10,000-host run).
+    let addresses: Vec<String> = std::fs::read_to_string(get("hosts")?)?
+        .lines()
+        .filter_map(|l| l.rsplit_once(':').map(|(a, _)| a.to_owned()))
+        .collect();
 
     // Open descriptors, sampled every 20 ms while the fleet runs.
     let fds_peak = Arc::new(AtomicUsize::new(0));
@@ -856,11 +1219,19 @@ pub fn child_main(args: &[String]) -> anyhow::Result<()> {
         // Cold: new executors, so every host is a new connection.
         let members = ports
             .iter()
-            .map(|&port| template.clone().port(port).build_lazy())
+            .zip(&addresses)
+            .map(|(&port, address)| template.clone().host(address).port(port).build_lazy())
             .collect::<Result<Vec<_>, _>>()?;
-        let fleet = Fleet::new(members)
+        let mut fleet = Fleet::new(members)
             .concurrency(concurrency)
-            .per_host_timeout(PER_HOST);
+            .per_host_timeout(PER_HOST)
+            .release_connections(map.get("release").is_some_and(|v| v == "1"));
+        if let Some(batches) = map.get("batches") {
+            fleet = fleet.batches(batches.parse::<swiftide_ssh_executor::fleet::Batches>()?);
+        }
+        if let Some(percent) = map.get("max_fail") {
+            fleet = fleet.max_fail_percentage(percent.parse()?);
+        }
         let report = fleet
             .run(COMMAND, |event| {
                 let Ok(mut times) = times.lock() else { return };
@@ -1005,6 +1376,7 @@ pub fn fleet(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
     // 1. 100 hosts, cold, every client; ours and asyncssh interleaved.
     let reps = ctx.size(3, 2);
     let (mut ours, mut asyncssh, mut pssh, mut ansible) = (vec![], vec![], vec![], vec![]);
+    let (mut clush, mut bssh) = (vec![], vec![]);
     for rep in 0..reps {
         let r = with_machine_cpu(|| run_ours(&target, scratch.path()));
         println!("    {}", r.describe());
@@ -1022,6 +1394,20 @@ pub fn fleet(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
             println!("    {}", r.describe());
             pssh.push(r);
         }
+        if let Some(c) = &peers.clush
+            && (rep == 0 || !ctx.quick)
+        {
+            let r = with_machine_cpu(|| run_clush(c, &peers.helper, &target, scratch.path()));
+            println!("    {}", r.describe());
+            clush.push(r);
+        }
+        if let Some(b) = &peers.bssh
+            && (rep == 0 || !ctx.quick)
+        {
+            let r = with_machine_cpu(|| run_bssh(b, &peers.helper, &target, scratch.path()));
+            println!("    {}", r.describe());
+            bssh.push(r);
+        }
         if let Some(a) = &peers.ansible
             && rep == 0
         {
@@ -1031,7 +1417,7 @@ pub fn fleet(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
         }
     }
     let ours = median_of(&ours).context("no run of ours")?;
-    let peer_runs: Vec<Run> = [&asyncssh, &pssh, &ansible]
+    let peer_runs: Vec<Run> = [&asyncssh, &pssh, &clush, &bssh, &ansible]
         .into_iter()
         .filter_map(|runs| median_of(runs))
         .collect();
@@ -1084,12 +1470,95 @@ pub fn fleet(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
         met,
     );
 
+    // Each of the new peers on its own (issue 21's goal: ahead of each).
+    for runs in [&clush, &bssh] {
+        let Some(peer) = median_of(runs) else {
+            continue;
+        };
+        let (text, met) = match (ours.passed(), peer.passed()) {
+            (true, true) => {
+                let speed = peer.wall().as_secs_f64() / ours.wall().as_secs_f64();
+                let cpu = peer.cpu_ms_per_host() / ours.cpu_ms_per_host();
+                (
+                    format!("wall time {speed:.2}× faster; client CPU 1/{cpu:.1} of its"),
+                    Some(speed > 1.0 && cpu > 1.0),
+                )
+            }
+            (_, false) => (format!("{} failed", peer.client), None),
+            (false, _) => ("ours failed".into(), Some(false)),
+        };
+        report.row(
+            format!("9 fleet: {n} hosts × `{COMMAND}`, ours vs {}", peer.client),
+            ours.short().trim_start_matches("ours ").to_owned(),
+            peer.short(),
+            text,
+            "ahead on wall time and client CPU",
+            met,
+        );
+    }
+
+    // Rolling: batches 1, 10%, 50% with a 10% threshold, against Ansible's `serial`.
+    rolling(ctx, report, &peers, &target, scratch.path())?;
+
     // 2. The same fleet through the +20 ms delay proxies.
     slow_fleet(ctx, report, &peers, &hosts, scratch.path())?;
 
     // 3. Ours alone at scale.
     drop(hosts);
     scale(ctx, report, scratch.path())?;
+    Ok(())
+}
+
+fn rolling(
+    ctx: &Ctx,
+    report: &mut Report,
+    peers: &Peers,
+    target: &Target<'_>,
+    scratch: &Path,
+) -> anyhow::Result<()> {
+    let extra = [
+        format!("batches={ROLLING}"),
+        format!("max_fail={ROLLING_MAX_FAIL}"),
+    ];
+    let reps = ctx.size(3, 2);
+    let ours: Vec<Run> = (0..reps)
+        .map(|_| {
+            let r = with_machine_cpu(|| run_ours_with(target, scratch, &extra));
+            println!("    rolling {}", r.describe());
+            r
+        })
+        .collect();
+    let ours = median_of(&ours).context("no rolling run of ours")?;
+    let ansible = peers.ansible.as_ref().map(|a| {
+        let r = with_machine_cpu(|| run_ansible_rolling(a, &peers.helper, target, scratch));
+        println!("    rolling {}", r.describe());
+        r
+    });
+    let (peer, ratio_text, met) = match &ansible {
+        None => ("Ansible not installed".to_owned(), "–".to_owned(), None),
+        Some(a) if !a.passed() => (a.describe(), "Ansible failed".to_owned(), None),
+        Some(a) if !ours.passed() => (a.short(), "ours failed".to_owned(), Some(false)),
+        Some(a) => {
+            let speed = a.wall().as_secs_f64() / ours.wall().as_secs_f64();
+            let cpu = a.cpu_ms_per_host() / ours.cpu_ms_per_host();
+            (
+                a.short(),
+                format!("{speed:.1}× faster; client CPU 1/{cpu:.0} of its"),
+                Some(speed > 1.0 && cpu > 1.0),
+            )
+        }
+    };
+    report.row(
+        format!(
+            "9 fleet rolling: {} hosts in batches `{ROLLING}` (then 50% until done), max {ROLLING_MAX_FAIL}% failed per batch",
+            target.endpoints.len()
+        ),
+        ours.short().trim_start_matches("ours ").to_owned(),
+        peer,
+        ratio_text,
+        "ahead of Ansible `serial` on wall time and client CPU",
+        met,
+    );
     Ok(())
 }
 
@@ -1334,4 +1803,264 @@ fn scale(ctx: &Ctx, report: &mut Report, scratch: &Path) -> anyhow::Result<()> {
         met,
     );
     Ok(())
+}
+
+/// The addresses of the simulated hosts: `127.1.x.y`, all on `lo` (the whole of 127/8 is
+/// local on Linux), so one sshd listening on the wildcard address of a private network
+/// namespace answers as `n` distinct hosts.
+fn loopback_addresses(n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| format!("127.1.{}.{}", i / 250, 1 + i % 250))
+        .collect()
+}
+
+/// Port the wildcard listener of the 10,000-host sshd uses inside its namespace.
+const WILDCARD_PORT: u16 = 2200;
+
+/// What the accept-new known_hosts file of a run holds: every host exactly once with the
+/// server's key, in a file `ssh-keygen` reads.
+fn check_recorded(path: &Path, addresses: &[String], key: &str) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(path)?;
+    let key_part: String = key.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    let mut wrong_key = 0;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let (host, rest) = line.split_once(' ').context("a line without a key")?;
+        *seen.entry(host).or_default() += 1;
+        if rest
+            .split_whitespace()
+            .take(2)
+            .collect::<Vec<_>>()
+            .join(" ")
+            != key_part
+        {
+            wrong_key += 1;
+        }
+    }
+    let wanted: Vec<String> = addresses
+        .iter()
+        .map(|a| format!("[{a}]:{WILDCARD_PORT}"))
+        .collect();
+    let missing = wanted
+        .iter()
+        .filter(|w| !seen.contains_key(w.as_str()))
+        .count();
+    let twice = seen.values().filter(|&&c| c > 1).count();
+    let extra = seen.len().saturating_sub(wanted.len() - missing);
+    // ssh-keygen reads the whole file (`-l` prints one line per valid key) and finds hosts.
+    let listed = Command::new("ssh-keygen")
+        .arg("-l")
+        .arg("-f")
+        .arg(path)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).lines().count())
+        .unwrap_or(0);
+    let sample: Vec<&String> = wanted.iter().step_by((wanted.len() / 20).max(1)).collect();
+    let found = sample
+        .iter()
+        .filter(|h| {
+            Command::new("ssh-keygen")
+                .arg("-F")
+                .arg(h.as_str())
+                .arg("-f")
+                .arg(path)
+                .output()
+                .is_ok_and(|o| o.status.success() && !o.stdout.is_empty())
+        })
+        .count();
+    ensure!(
+        missing == 0 && twice == 0 && extra == 0 && wrong_key == 0,
+        "known_hosts: {missing} hosts missing, {twice} recorded twice, {extra} unexpected, {wrong_key} with another key"
+    );
+    ensure!(
+        listed == wanted.len(),
+        "ssh-keygen -l lists {listed} keys, not {}",
+        wanted.len()
+    );
+    ensure!(
+        found == sample.len(),
+        "ssh-keygen -F found {found} of {} sampled hosts",
+        sample.len()
+    );
+    Ok(format!(
+        "{} hosts recorded once each (ssh-keygen -l: {listed} keys; -F finds {found} of {} sampled)",
+        wanted.len(),
+        sample.len()
+    ))
+}
+
+/// 10,000 hosts simulated on this machine: one sshd in a private network namespace
+/// (the testbed's, with `ListenAddress 0.0.0.0:2200`: only `lo` and the testbed's veth
+/// exist in there), 10,000 distinct loopback addresses, ours run inside the namespace
+/// (`ip netns exec`) with accept-new host keys into an empty known_hosts and
+/// `release_connections(true)`; the same with 100 hosts for the per-host comparison, and
+/// 1,000 hosts with pooled connections under a soft open-file limit of 1,024
+/// (`prlimit`), which the fleet raises.
+pub fn fleet10k(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
+    let big = ctx.size(10_000, 10_000);
+    let scratch = tempfile::Builder::new().prefix("swb-10k").tempdir()?;
+    let testbed = Testbed::builder()
+        .network_namespace(true)
+        .max_startups("100:30:200")
+        .sshd_config_line(format!("ListenAddress 0.0.0.0:{WILDCARD_PORT}"))
+        .start()?;
+    let ns = testbed
+        .network_namespace()
+        .context("no network namespace")?
+        .to_owned();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !testbed
+        .sshd_log()
+        .contains(&format!("Server listening on 0.0.0.0 port {WILDCARD_PORT}"))
+    {
+        ensure!(
+            Instant::now() < deadline,
+            "sshd did not listen on 0.0.0.0:{WILDCARD_PORT}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    println!(
+        "  one sshd in namespace {ns}, listening on 0.0.0.0:{WILDCARD_PORT} (lo and the testbed veth only)"
+    );
+    let key = testbed.host_public_key().to_owned();
+    let (user, private_key) = (
+        testbed.user().to_owned(),
+        testbed.private_key_path().to_owned(),
+    );
+    let wrap = format!("wrap=ip netns exec {ns}");
+    let run_n =
+        |n: usize, name: &str, extra: &[String]| -> anyhow::Result<(Run, Vec<String>, PathBuf)> {
+            let addresses = loopback_addresses(n);
+            let hosts_file = scratch.path().join(format!("{name}.hosts"));
+            let known_hosts = scratch.path().join(format!("{name}.known_hosts"));
+            std::fs::write(
+                &hosts_file,
+                addresses
+                    .iter()
+                    .map(|a| format!("{a}:{WILDCARD_PORT}\n"))
+                    .collect::<String>(),
+            )?;
+            std::fs::write(&known_hosts, "")?;
+            let endpoints = Endpoints {
+                ports: vec![WILDCARD_PORT; n],
+                keys: vec![key.clone(); n],
+                hosts_file,
+                known_hosts: known_hosts.clone(),
+            };
+            let target = Target {
+                endpoints: &endpoints,
+                user: &user,
+                key: &private_key,
+                concurrency: CONCURRENCY,
+            };
+            let r = run_ours_with(&target, scratch.path(), extra);
+            println!(
+                "    {n} hosts ({name}): {}{}",
+                r.describe(),
+                if r.passed() {
+                    format!(
+                        "; {:.2} ms wall/host",
+                        r.wall().as_secs_f64() * 1e3 / n as f64
+                    )
+                } else {
+                    String::new()
+                }
+            );
+            // Let the sessions go away before the next run.
+            std::thread::sleep(Duration::from_millis(500));
+            Ok((r, addresses, known_hosts))
+        };
+    let released = [
+        wrap.clone(),
+        "release=1".to_owned(),
+        "accept_new=1".to_owned(),
+    ];
+    let (small, small_addrs, small_kh) = run_n(100, "ns100", &released)?;
+    let small_check = check_recorded(&small_kh, &small_addrs, &key);
+    let (large, large_addrs, large_kh) = run_n(big, "ns10k", &released)?;
+    let large_check = check_recorded(&large_kh, &large_addrs, &key);
+    println!("    known_hosts at 100: {small_check:?}; at {big}: {large_check:?}");
+    // Pooled (no release), 1,000 hosts, started under a soft limit of 1,024.
+    let pooled_n = 1000;
+    let pooled = [
+        format!(
+            "wrap=prlimit --nofile=1024:{} ip netns exec {ns}",
+            hard_nofile()
+        ),
+        "accept_new=1".to_owned(),
+    ];
+    let (pooled_run, _, _) = run_n(pooled_n, "ns1000-pooled", &pooled)?;
+    drop(testbed);
+
+    let per_host = |r: &Run, n: usize| r.wall().as_secs_f64() * 1e3 / n as f64;
+    let rss_per_host = |r: &Run, n: usize| r.max_rss as f64 / n as f64;
+    let (ratio_text, met) = if small.passed() && large.passed() {
+        let cpu = large.cpu_ms_per_host() / small.cpu_ms_per_host();
+        let rss = rss_per_host(&large, big) / rss_per_host(&small, 100);
+        let time = per_host(&large, big) / per_host(&small, 100);
+        (
+            format!("per host: CPU {cpu:.2}×, RSS {rss:.3}×, time {time:.2}× of 100 hosts'"),
+            Some(cpu <= 1.5 && rss <= 1.5 && large_check.is_ok()),
+        )
+    } else {
+        ("failed".to_owned(), Some(false))
+    };
+    let describe = |r: &Run, n: usize| {
+        if r.passed() {
+            format!(
+                "{:.1} s = {:.2} ms/host, CPU {:.2} ms/host, peak RSS {:.1} MiB, {} fds",
+                r.wall().as_secs_f64(),
+                per_host(r, n),
+                r.cpu_ms_per_host(),
+                r.max_rss as f64 / MIB,
+                r.fds.unwrap_or(0)
+            )
+        } else {
+            r.describe()
+        }
+    };
+    report.row(
+        format!(
+            "9 fleet: {big} hosts (10,000 loopback addresses, one sshd in a network namespace) × `{COMMAND}`, concurrency {CONCURRENCY}, accept-new, `release_connections(true)`"
+        ),
+        format!(
+            "{}; known_hosts: {}",
+            describe(&large, big),
+            match &large_check {
+                Ok(t) => t.clone(),
+                Err(e) => format!("WRONG: {e:#}"),
+            }
+        ),
+        format!("100 hosts, same setup: {}", describe(&small, 100)),
+        ratio_text,
+        "client CPU and RSS per host ≤ 1.5× of 100 hosts'; every host recorded once",
+        met,
+    );
+    report.row(
+        format!(
+            "9 fleet: {pooled_n} hosts, connections pooled until the end, started with a soft open-file limit of 1,024"
+        ),
+        describe(&pooled_run, pooled_n),
+        "parallel-ssh stopped at ~1,010 hosts on 1,024 (its issue #311)".to_owned(),
+        if pooled_run.passed() {
+            "no \"Too many open files\": the fleet raised its soft limit".to_owned()
+        } else {
+            "failed".to_owned()
+        },
+        "every host answers",
+        Some(pooled_run.passed()),
+    );
+    Ok(())
+}
+
+/// The hard open-file limit of this process (`/proc/self/limits`).
+fn hard_nofile() -> String {
+    std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find(|l| l.starts_with("Max open files"))
+                .and_then(|l| l.split_whitespace().nth(4).map(str::to_owned))
+        })
+        .unwrap_or_else(|| "20000".to_owned())
 }

@@ -20,6 +20,7 @@
 mod bulk;
 mod child;
 mod fleet;
+mod jobs;
 mod latency;
 mod load;
 mod memory;
@@ -27,6 +28,7 @@ mod peers;
 mod proxy;
 mod raw;
 mod report;
+mod ssh_config;
 mod stats;
 
 use std::{
@@ -54,6 +56,9 @@ pub const SCENARIOS: &[&str] = &[
     "memory",
     "slowlink",
     "fleet",
+    "jobs",
+    "fleet10k",
+    "ssh_config",
 ];
 
 /// Everything a scenario needs.
@@ -216,6 +221,9 @@ fn run(args: &[String]) -> anyhow::Result<()> {
             "memory" => memory::idle_connections(&mut ctx, &mut report),
             "slowlink" => latency::slow_link(&mut ctx, &mut report),
             "fleet" => fleet::fleet(&mut ctx, &mut report),
+            "jobs" => jobs::jobs(&mut ctx, &mut report),
+            "fleet10k" => fleet::fleet10k(&mut ctx, &mut report),
+            "ssh_config" => ssh_config::ssh_config(&mut ctx, &mut report),
             _ => unreachable!(),
         };
         if let Err(e) = result {

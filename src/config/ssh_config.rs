@@ -36,6 +36,7 @@
 //!   `Port` anywhere is an error, not only in the block that applies.
 
 use std::{
+    collections::HashMap,
     path::{Path, PathBuf},
     sync::Arc,
     time::Duration,
@@ -112,6 +113,9 @@ pub struct SshConfig {
     entries: Vec<Entry>,
     /// How many [`Scope`]s the entries refer to (their ids are `0..scopes`).
     scopes: usize,
+    /// Which entries can apply to which host, so that resolving one alias visits its own
+    /// block and the wildcard ones, not every block of the file.
+    index: EntryIndex,
     home: Option<PathBuf>,
     local_user: Option<String>,
 }
@@ -311,6 +315,7 @@ impl SshConfig {
         SshConfig {
             entries: Vec::new(),
             scopes: 0,
+            index: EntryIndex::default(),
             home,
             local_user: local_user(),
         }
@@ -320,6 +325,7 @@ impl SshConfig {
         let mut config = Self::empty(home);
         let mut reading = Reading::default();
         config.read_file(path, None, check_permissions, &mut reading)?;
+        config.index = EntryIndex::of(&config.entries);
         Ok(config)
     }
 
@@ -547,7 +553,11 @@ impl SshConfig {
         let host = alias.to_ascii_lowercase();
         let mut memo = vec![None; self.scopes];
         let mut applied = Applied::default();
-        for entry in &self.entries {
+        for entry in self
+            .index
+            .candidates(&host)
+            .filter_map(|i| self.entries.get(i))
+        {
             if entry
                 .scope
                 .as_ref()
@@ -724,6 +734,78 @@ fn first<T>(slot: &mut Option<T>, value: T) {
 
 /// Whether `scope` and every scope around it match `host`, each evaluated at most once per
 /// host (`memo` is indexed by [`Scope::id`]).
+/// The entries that can apply to a host, by entry position.
+///
+/// A block whose `Host` line names hosts literally (no `*` or `?` in its positive patterns)
+/// applies only to those names; so does every entry inside it or inside an `Include` such a
+/// block encloses. Those entries are listed under each name; all others (wildcard blocks,
+/// the top of the file) are `general`. A host's candidates are both lists merged in file
+/// order, then checked as before: the index only leaves out entries that cannot apply.
+/// Generated configurations with a block per host (thousands of them) resolve an alias in
+/// time that does not grow with the file.
+#[derive(Debug, Clone, Default)]
+struct EntryIndex {
+    general: Vec<usize>,
+    by_host: HashMap<String, Vec<usize>>,
+}
+
+impl EntryIndex {
+    fn of(entries: &[Entry]) -> Self {
+        let mut index = EntryIndex::default();
+        for (position, entry) in entries.iter().enumerate() {
+            match entry.scope.as_deref().and_then(literal_hosts) {
+                Some(names) => {
+                    for name in names {
+                        let list = index.by_host.entry(name.to_owned()).or_default();
+                        if list.last() != Some(&position) {
+                            list.push(position);
+                        }
+                    }
+                }
+                None => index.general.push(position),
+            }
+        }
+        index
+    }
+
+    /// The positions of the entries that may apply to `host` (lower-cased), in file order.
+    fn candidates<'a>(&'a self, host: &str) -> impl Iterator<Item = usize> + 'a {
+        let specific = self.by_host.get(host).map_or(&[][..], Vec::as_slice);
+        let (mut general, mut specific) =
+            (self.general.iter().peekable(), specific.iter().peekable());
+        std::iter::from_fn(move || match (general.peek(), specific.peek()) {
+            (Some(&&g), Some(&&s)) if g <= s => general.next().copied(),
+            (Some(_), Some(_)) | (None, Some(_)) => specific.next().copied(),
+            (Some(_), None) => general.next().copied(),
+            (None, None) => None,
+        })
+    }
+}
+
+/// The only host names a scope (or one around it) can match: those of the innermost `Host`
+/// condition whose positive patterns are all literal (`None` when there is none). A
+/// condition without positive patterns, or a `Match` block, matches no name: `Some([])`.
+fn literal_hosts(scope: &Scope) -> Option<Vec<&str>> {
+    let mut next = Some(scope);
+    while let Some(scope) = next {
+        match &scope.condition {
+            Condition::Never => return Some(Vec::new()),
+            Condition::Host(patterns) => {
+                let positive: Vec<&str> = patterns
+                    .iter()
+                    .filter(|p| !p.negated)
+                    .map(|p| p.glob.as_str())
+                    .collect();
+                if positive.iter().all(|p| !p.contains(['*', '?'])) {
+                    return Some(positive);
+                }
+            }
+        }
+        next = scope.outer.as_deref();
+    }
+    None
+}
+
 fn holds(scope: &Scope, host: &str, memo: &mut [Option<bool>]) -> bool {
     let mut chain = Vec::new();
     let mut next = Some(scope);

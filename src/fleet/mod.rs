@@ -11,6 +11,7 @@
 
 pub mod batch;
 pub mod copy;
+mod descriptors;
 mod each;
 pub mod fold;
 pub mod inventory;
@@ -66,6 +67,7 @@ pub struct Fleet {
     thresholds: Thresholds,
     retries: u32,
     retry_backoff: Duration,
+    release_connections: bool,
 }
 
 /// Something that happened on one host, delivered while the fleet runs.
@@ -421,6 +423,7 @@ impl Fleet {
             thresholds: Thresholds::default(),
             retries: 0,
             retry_backoff: Duration::from_secs(1),
+            release_connections: false,
         }
     }
 
@@ -630,6 +633,37 @@ impl Fleet {
         self
     }
 
+    /// Let each host's connections go as soon as its result is in (idle ones are
+    /// disconnected; the executor stays usable and dials again for its next command). With
+    /// it a run holds about [`concurrency`](Self::concurrency) connections, sockets and
+    /// server processes at a time, whatever the number of hosts: sshd keeps a process or two
+    /// per connection, so 10,000 pooled connections on one server are 10,000 or more sshd
+    /// processes. Defaults to `false`: every host's connection stays pooled until its
+    /// executor is dropped, so a second run on the same fleet connects no one again.
+    #[must_use]
+    pub fn release_connections(mut self, release: bool) -> Self {
+        self.release_connections = release;
+        self
+    }
+
+    /// Makes sure this process may open the descriptors a run needs (those open now, one
+    /// socket per connection held at once, and 64 more): raises the soft `RLIMIT_NOFILE`
+    /// when it is lower, up to the hard limit. [`run`](Self::run) calls it first; call it
+    /// yourself to get the error before the run. Returns the soft limit in force.
+    ///
+    /// # Errors
+    /// [`Error::DescriptorLimit`] when the hard limit is too low (run fewer hosts at once,
+    /// or [release](Self::release_connections) connections as results come in).
+    pub fn ensure_descriptor_limit(&self) -> Result<u64> {
+        let connections = if self.release_connections {
+            // Those running, and those of finished hosts still closing.
+            self.concurrency.saturating_mul(2).min(self.members.len())
+        } else {
+            self.members.len()
+        };
+        descriptors::ensure(descriptors::needed(connections))
+    }
+
     /// The hosts' executors.
     pub fn members(&self) -> &[SshExecutor] {
         &self.members
@@ -672,6 +706,10 @@ impl Fleet {
         let mut results = Vec::with_capacity(self.members.len());
         let mut skipped = Vec::new();
         let mut stopped: Option<String> = None;
+        // Refused before any connection: every host is reported skipped, with the reason.
+        if let Err(error) = self.ensure_descriptor_limit() {
+            stopped = Some(error.to_string());
+        }
         for (batch, range) in self
             .batches
             .split(self.members.len())
@@ -764,6 +802,9 @@ impl Fleet {
                         }
                         if fail_fast && !status.is_ok() {
                             stop.store(true, Ordering::Relaxed);
+                        }
+                        if self.release_connections {
+                            executor.release_connections().await;
                         }
                         let result = HostResult {
                             host: executor.host().to_owned(),

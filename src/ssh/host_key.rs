@@ -66,6 +66,9 @@ impl ClientHandler {
             })??
         };
         let (verdict, file) = loaded.check_detailed(&self.host, self.port, key);
+        // Let go of the shared parse before recording a new key: the next load extends it in
+        // place when no one else holds it (see `KnownHosts::load_all_cached`).
+        drop(loaded);
         let file = file.map(|p| p.display().to_string()).unwrap_or_default();
         match verdict {
             Verdict::Trusted => Ok(()),

@@ -110,7 +110,13 @@ impl KnownHosts {
     /// Parse text. Invalid lines (bad base64, unknown key type, missing fields, unknown
     /// marker) are skipped, as OpenSSH does; count them in `skipped_lines()`. An invalid
     /// line that says `@revoked` is kept as an unreadable revocation instead (and counted).
+    #[cfg(test)]
     pub(crate) fn parse(text: &str) -> KnownHosts {
+        Self::parse_from(text, 1)
+    }
+
+    /// [`parse`](Self::parse) text whose first line is line `first_line` of its file.
+    fn parse_from(text: &str, first_line: usize) -> KnownHosts {
         let mut hosts = KnownHosts::default();
         for (index, raw) in text.split('\n').enumerate() {
             // OpenSSH reads lines as C strings: a NUL ends the line (`strcspn(line, "\n")`),
@@ -120,7 +126,7 @@ impl KnownHosts {
             // CRLF files: blank and comment lines stay blank and comments (a `\r` left in
             // a key field is skipped by the base64 rule below, as OpenSSH does).
             let line = line.strip_suffix('\r').unwrap_or(line);
-            let number = index + 1;
+            let number = index + first_line;
             match parse_line(line, number) {
                 Ok(Some(entry)) => hosts.entries.push(entry),
                 Ok(None) => {}
@@ -137,15 +143,21 @@ impl KnownHosts {
 
     /// Read and parse a file. A missing file is `Ok(empty)`; any other read error
     /// (permission denied, is a directory, ...) is `Err` so the caller can fail closed.
+    #[cfg(test)]
     pub(crate) fn load(path: &Path) -> io::Result<KnownHosts> {
         let bytes = match std::fs::read(path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(KnownHosts::default()),
             Err(e) => return Err(e),
         };
+        Ok(Self::from_bytes(&bytes, 1, path))
+    }
+
+    /// Parses a file's bytes (or the part of them from line `first_line` on).
+    fn from_bytes(bytes: &[u8], first_line: usize, path: &Path) -> KnownHosts {
         // Keys and the names we look up are ASCII; lossy decoding only alters lines that
         // could never match anyway, and must not make the whole file unreadable.
-        let mut hosts = KnownHosts::parse(&String::from_utf8_lossy(&bytes));
+        let mut hosts = KnownHosts::parse_from(&String::from_utf8_lossy(bytes), first_line);
         let origin: Arc<Path> = Arc::from(path);
         for entry in &mut hosts.entries {
             entry.origin = Some(Arc::clone(&origin));
@@ -153,36 +165,28 @@ impl KnownHosts {
         for revocation in &mut hosts.unreadable_revocations {
             revocation.origin = Some(Arc::clone(&origin));
         }
-        Ok(hosts)
+        hosts
     }
 
     /// [`load`](Self::load)s every file of `paths` and merges them in order, reusing the
-    /// parsed result while no file has changed (same size, modification time and inode).
+    /// parsed result while no file has changed (same size, modification time and inode),
+    /// and parsing only the new lines of a file that grew by whole lines (see
+    /// [`Cached::grown`]).
     ///
     /// Why: every new connection checks its host key, and a fleet of a thousand hosts shares
     /// one known_hosts file of a thousand lines: parsing it per connection cost 0.6–0.7 ms of
-    /// client CPU per host there. A few distinct file lists are kept (an executor has one).
+    /// client CPU per host there. With accept-new the file grows by a line per host, so a
+    /// fleet that records 10,000 hosts would parse 50 million lines: each append now costs
+    /// the new line only. A few distinct file lists are kept (an executor has one).
     pub(crate) fn load_all_cached(
         paths: &[PathBuf],
     ) -> Result<Arc<KnownHosts>, (PathBuf, io::Error)> {
-        use std::os::unix::fs::MetadataExt;
-        type Stamp = Option<(std::time::SystemTime, u64, u64)>;
-        type Cached = (Vec<(PathBuf, Stamp)>, Arc<KnownHosts>);
         static CACHE: std::sync::Mutex<Vec<Cached>> = std::sync::Mutex::new(Vec::new());
         const KEPT: usize = 8;
 
         let mut key = Vec::with_capacity(paths.len());
         for path in paths {
-            let stamp = match std::fs::metadata(path) {
-                Ok(meta) => Some((
-                    meta.modified().map_err(|e| (path.clone(), e))?,
-                    meta.len(),
-                    meta.ino(),
-                )),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-                Err(e) => return Err((path.clone(), e)),
-            };
-            key.push((path.clone(), stamp));
+            key.push((path.clone(), stamp(path).map_err(|e| (path.clone(), e))?));
         }
         // A poisoned lock only means a panic elsewhere while swapping entries.
         let lock = || {
@@ -190,21 +194,29 @@ impl KnownHosts {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
         };
-        if let Some((_, hosts)) = lock().iter().find(|(k, _)| *k == key) {
-            return Ok(Arc::clone(hosts));
-        }
-        let mut all = KnownHosts::default();
-        for path in paths {
-            all.extend(KnownHosts::load(path).map_err(|e| (path.clone(), e))?);
-        }
-        let all = Arc::new(all);
+        let same_paths = |cached: &Cached| cached.key.iter().map(|(p, _)| p).eq(paths.iter());
+        let previous = {
+            let mut cache = lock();
+            if let Some(cached) = cache.iter().find(|c| c.key == key) {
+                return Ok(Arc::clone(&cached.hosts));
+            }
+            cache
+                .iter()
+                .position(same_paths)
+                .map(|index| cache.remove(index))
+        };
+        let cached = match previous.and_then(|previous| previous.grown(&key)) {
+            Some(grown) => grown,
+            None => Cached::load(key, paths)?,
+        };
+        let hosts = Arc::clone(&cached.hosts);
         let mut cache = lock();
-        cache.retain(|(k, _)| k.iter().map(|(p, _)| p).ne(key.iter().map(|(p, _)| p)));
+        cache.retain(|c| !same_paths(c));
         if cache.len() >= KEPT {
             cache.remove(0);
         }
-        cache.push((key, Arc::clone(&all)));
-        Ok(all)
+        cache.push(cached);
+        Ok(hosts)
     }
 
     /// Merge another file's entries after this one's (user file first, then the global
@@ -363,6 +375,120 @@ pub(crate) fn append(path: &Path, host: &str, port: u16, key: &PublicKey) -> io:
 /// The SHA256 fingerprint text of a key as OpenSSH prints it, e.g. "SHA256:abc...".
 pub(crate) fn fingerprint(key: &PublicKey) -> String {
     key.fingerprint(HashAlg::Sha256).to_string()
+}
+
+/// A file's size, modification time and inode; `None` when it does not exist.
+type Stamp = Option<(std::time::SystemTime, u64, u64)>;
+
+fn stamp(path: &Path) -> io::Result<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::metadata(path) {
+        Ok(meta) => Ok(Some((meta.modified()?, meta.len(), meta.ino()))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// A parsed file list in [`KnownHosts::load_all_cached`]'s cache.
+struct Cached {
+    key: Vec<(PathBuf, Stamp)>,
+    hosts: Arc<KnownHosts>,
+    files: Vec<Parsed>,
+}
+
+/// What was parsed of one file of a [`Cached`] list.
+struct Parsed {
+    /// The bytes parsed, kept to tell a file that grew (they are its start) from one
+    /// rewritten in place: comparing them costs far less than parsing them again.
+    bytes: Vec<u8>,
+    /// Line breaks in them: the next line is line `newlines + 1`.
+    newlines: usize,
+    /// Where this file's entries and unreadable revocations end in the merged lists.
+    entries_end: usize,
+    revocations_end: usize,
+}
+
+impl Cached {
+    fn load(key: Vec<(PathBuf, Stamp)>, paths: &[PathBuf]) -> Result<Self, (PathBuf, io::Error)> {
+        let mut all = KnownHosts::default();
+        let mut files = Vec::with_capacity(paths.len());
+        for path in paths {
+            let bytes = match std::fs::read(path) {
+                Ok(bytes) => bytes,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+                Err(e) => return Err((path.clone(), e)),
+            };
+            let hosts = KnownHosts::from_bytes(&bytes, 1, path);
+            files.push(Parsed {
+                newlines: bytes.iter().filter(|&&b| b == b'\n').count(),
+                bytes,
+                entries_end: all.entries.len() + hosts.entries.len(),
+                revocations_end: all.unreadable_revocations.len()
+                    + hosts.unreadable_revocations.len(),
+            });
+            all.extend(hosts);
+        }
+        Ok(Cached {
+            key,
+            hosts: Arc::new(all),
+            files,
+        })
+    }
+
+    /// This list with the lines appended since it was parsed, when every file is unchanged
+    /// or only grew by whole lines: same inode, its parsed bytes still its start and ending
+    /// a line, the new part ending a line. Anything else (a rewrite, a file that shrank,
+    /// appeared or vanished, a line being written right now) is `None`, and the list is
+    /// parsed again.
+    fn grown(mut self, key: &[(PathBuf, Stamp)]) -> Option<Self> {
+        let mut added_entries = 0;
+        let mut added_revocations = 0;
+        for (index, ((path, old), (_, new))) in self.key.iter().zip(key).enumerate() {
+            let parsed = self.files.get_mut(index)?;
+            parsed.entries_end += added_entries;
+            parsed.revocations_end += added_revocations;
+            let (old_ino, new_len, new_ino) = match (old, new) {
+                (None, None) => continue,
+                (Some(old), Some(new)) if old == new => continue,
+                (Some((_, _, old_ino)), Some((_, new_len, new_ino))) => {
+                    (*old_ino, *new_len, *new_ino)
+                }
+                _ => return None,
+            };
+            if old_ino != new_ino || new_len < parsed.bytes.len() as u64 {
+                return None;
+            }
+            let bytes = std::fs::read(path).ok()?;
+            let old_len = parsed.bytes.len();
+            let ends_line = |b: &[u8]| b.last().is_none_or(|&last| last == b'\n');
+            if bytes.len() as u64 != new_len
+                || bytes.get(..old_len) != Some(parsed.bytes.as_slice())
+                || !ends_line(&parsed.bytes)
+                || !ends_line(&bytes)
+            {
+                return None;
+            }
+            let grown = &bytes[old_len..];
+            let hosts = KnownHosts::from_bytes(grown, parsed.newlines + 1, path);
+            let all = Arc::make_mut(&mut self.hosts);
+            let (entries, revocations) = (hosts.entries.len(), hosts.unreadable_revocations.len());
+            all.entries
+                .splice(parsed.entries_end..parsed.entries_end, hosts.entries);
+            all.unreadable_revocations.splice(
+                parsed.revocations_end..parsed.revocations_end,
+                hosts.unreadable_revocations,
+            );
+            all.skipped += hosts.skipped;
+            parsed.entries_end += entries;
+            parsed.revocations_end += revocations;
+            added_entries += entries;
+            added_revocations += revocations;
+            parsed.newlines += grown.iter().filter(|&&b| b == b'\n').count();
+            parsed.bytes = bytes;
+        }
+        self.key = key.to_vec();
+        Some(self)
+    }
 }
 
 /// Marker error: the line is not a valid entry.
@@ -1366,6 +1492,94 @@ mod tests {
         assert_eq!(appeared.check("c.example", 22, &key), Verdict::Trusted);
         // A directory where a file should be stays an error.
         assert!(KnownHosts::load_all_cached(&[dir.path().to_path_buf()]).is_err());
+    }
+
+    /// The merged entries of a fresh, full load: what an incremental load must equal.
+    fn full(paths: &[PathBuf]) -> String {
+        let mut all = KnownHosts::default();
+        for path in paths {
+            all.extend(KnownHosts::load(path).unwrap());
+        }
+        format!(
+            "{:?}",
+            (&all.entries, &all.unreadable_revocations, all.skipped)
+        )
+    }
+
+    fn cached(paths: &[PathBuf]) -> String {
+        let hosts = KnownHosts::load_all_cached(paths).unwrap();
+        format!(
+            "{:?}",
+            (&hosts.entries, &hosts.unreadable_revocations, hosts.skipped)
+        )
+    }
+
+    #[test]
+    fn a_grown_file_is_parsed_from_where_it_was_read_and_equals_a_full_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = ed25519();
+        let (user, global) = (dir.path().join("user"), dir.path().join("global"));
+        std::fs::write(&user, format!("# comment\n{}", line("a.example", &key))).unwrap();
+        std::fs::write(
+            &global,
+            format!("{}@revoked x.example AAAA\n", line("g.example", &rsa())),
+        )
+        .unwrap();
+        let paths = vec![user.clone(), global.clone()];
+        assert_eq!(cached(&paths), full(&paths));
+        // Appends (accept-new), one line at a time and with junk lines among them: the new
+        // entries land before the global file's, with their own line numbers.
+        for i in 0..30 {
+            append(&user, &format!("h{i}.example"), 2200, &key).unwrap();
+            if i % 7 == 0 {
+                std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&user)
+                    .unwrap()
+                    .write_all(b"not a valid line\n\n")
+                    .unwrap();
+            }
+            assert_eq!(cached(&paths), full(&paths), "after append {i}");
+        }
+        let hosts = KnownHosts::load_all_cached(&paths).unwrap();
+        assert_eq!(hosts.check("h29.example", 2200, &key), Verdict::Trusted);
+        assert_eq!(
+            hosts.check("h29.example", 2200, &rsa()),
+            Verdict::Changed { line: 42 }
+        );
+        // The global file grows too.
+        append(&global, "g2.example", 22, &key).unwrap();
+        assert_eq!(cached(&paths), full(&paths));
+        // Rewritten in place, longer, with other lines: parsed again from the start.
+        std::fs::write(
+            &user,
+            format!(
+                "{}{}",
+                line("z.example", &key),
+                line("y.example", &rsa()).repeat(40)
+            ),
+        )
+        .unwrap();
+        assert_eq!(cached(&paths), full(&paths));
+        let hosts = KnownHosts::load_all_cached(&paths).unwrap();
+        assert_eq!(hosts.check("a.example", 22, &key), Verdict::Unknown);
+        // A line being written (no line break yet) is read as it is, then read again whole.
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&user)
+            .unwrap()
+            .write_all(b"w.example ")
+            .unwrap();
+        assert_eq!(cached(&paths), full(&paths));
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&user)
+            .unwrap()
+            .write_all(line("", &key).trim_start().as_bytes())
+            .unwrap();
+        assert_eq!(cached(&paths), full(&paths));
+        let hosts = KnownHosts::load_all_cached(&paths).unwrap();
+        assert_eq!(hosts.check("w.example", 22, &key), Verdict::Trusted);
     }
 
     #[test]
