@@ -1079,40 +1079,7 @@ fn run_ansible(ansible: &Path, helper: &Path, t: &Target<'_>, scratch: &Path) ->
         ..Run::default()
     };
     let result = (|| -> anyhow::Result<()> {
-        let inventory = scratch.join("inventory.ini");
-        let mut text = String::from("[fleet]\n");
-        for (i, port) in t.endpoints.ports.iter().enumerate() {
-            text.push_str(&format!(
-                "h{i} ansible_host=127.0.0.1 ansible_port={port}\n"
-            ));
-        }
-        text.push_str(&format!(
-            "[fleet:vars]\nansible_user={}\nansible_ssh_private_key_file={}\nansible_python_interpreter=/usr/bin/python3\n",
-            t.user,
-            t.key.display()
-        ));
-        std::fs::write(&inventory, text)?;
-        let config = scratch.join("ansible.cfg");
-        std::fs::write(&config, "")?;
-        let home = scratch.join("ansible-home");
-        let ssh_args = openssh_options(t.key, &t.endpoints.known_hosts)
-            .into_iter()
-            .filter(|o| !o.starts_with("-F") && !o.starts_with("-i "))
-            .chain(["-o ControlMaster=no".to_owned()])
-            .collect::<Vec<_>>()
-            .join(" ");
-        let env = [
-            ("ANSIBLE_CONFIG", config.display().to_string()),
-            ("ANSIBLE_HOME", home.display().to_string()),
-            ("ANSIBLE_LOCAL_TEMP", home.join("tmp").display().to_string()),
-            ("ANSIBLE_HOST_KEY_CHECKING", "True".into()),
-            ("ANSIBLE_PIPELINING", "True".into()),
-            ("ANSIBLE_SSH_ARGS", ssh_args),
-            ("ANSIBLE_TIMEOUT", "60".into()),
-            ("ANSIBLE_NOCOLOR", "1".into()),
-            ("ANSIBLE_FORCE_COLOR", "0".into()),
-            ("ANSIBLE_DEPRECATION_WARNINGS", "False".into()),
-        ];
+        let (inventory, env) = ansible_setup(t, scratch)?;
         let args: Vec<String> = [
             "all",
             "-i",

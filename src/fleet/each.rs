@@ -1,8 +1,8 @@
-//! The rollout of any per-host operation, for the fleet operations other than a command
-//! ([`push`](super::Fleet::push), [`pull`](super::Fleet::pull), jobs): the same batches,
-//! thresholds, fail-fast, retries of unreachable hosts and per-host deadline as
-//! [`Fleet::run`](super::Fleet::run), and the same [`FleetReport`], so records, folding,
-//! failed-hosts files and the exit-code policy apply unchanged.
+//! The rollout every fleet operation shares ([`run`](super::Fleet::run),
+//! [`push`](super::Fleet::push), [`pull`](super::Fleet::pull), jobs): batches, thresholds,
+//! fail-fast, retries of unreachable hosts, the per-host deadline, the descriptor limit and
+//! the release of connections, and the same [`FleetReport`], so records, folding,
+//! failed-hosts files and the exit-code policy apply to every operation alike.
 //!
 //! An operation reports its outcome as an [`Execution`]: its status says how the host
 //! fared, its standard output is a short summary in words that is the same on hosts that
@@ -12,6 +12,7 @@ use std::{
     future::Future,
     ops::Range,
     sync::atomic::{AtomicBool, Ordering},
+    time::Duration,
 };
 
 use futures::StreamExt;
@@ -50,10 +51,31 @@ impl Fleet {
     pub(crate) async fn run_each<'s, F, Fut>(
         &'s self,
         op: F,
-        mut on_event: impl FnMut(FleetEvent<'_>),
+        on_event: impl FnMut(FleetEvent<'_>),
     ) -> FleetReport
     where
         F: Fn(usize, &'s SshExecutor) -> Fut,
+        Fut: Future<Output = Result<Execution>>,
+    {
+        let deadline = self.per_host_timeout;
+        self.rollout(
+            |index, executor, _events| bounded(deadline, executor.host(), op(index, executor)),
+            on_event,
+        )
+        .await
+    }
+
+    /// The rollout every fleet operation shares: batches, thresholds, fail-fast, retries of
+    /// unreachable hosts, the descriptor limit and the release of connections.
+    /// `attempt_once(member, executor, events)` is one attempt on one host, bounded by the
+    /// per-host deadline itself; it may send `Output` messages on `events`.
+    pub(super) async fn rollout<'s, F, Fut>(
+        &'s self,
+        attempt_once: F,
+        mut on_event: impl FnMut(FleetEvent<'_>),
+    ) -> FleetReport
+    where
+        F: Fn(usize, &'s SshExecutor, mpsc::UnboundedSender<Message>) -> Fut,
         Fut: Future<Output = Result<Execution>>,
     {
         let run_started = tokio::time::Instant::now();
@@ -61,6 +83,10 @@ impl Fleet {
         let mut results = Vec::with_capacity(self.members.len());
         let mut skipped = Vec::new();
         let mut stopped: Option<String> = None;
+        // Refused before any connection: every host is reported skipped, with the reason.
+        if let Err(error) = self.ensure_descriptor_limit() {
+            stopped = Some(error.to_string());
+        }
         for (batch, range) in self
             .batches
             .split(self.members.len())
@@ -82,7 +108,14 @@ impl Fleet {
             });
             let hosts = range.len();
             let (ran, not_started) = self
-                .each_batch(&op, batch, range, run_started, &stop, &mut on_event)
+                .rollout_batch(
+                    &attempt_once,
+                    batch,
+                    range,
+                    run_started,
+                    &stop,
+                    &mut on_event,
+                )
                 .await;
             let failed = ran.iter().filter(|r| !r.status().is_ok()).count();
             results.extend(ran);
@@ -111,10 +144,11 @@ impl Fleet {
         }
     }
 
-    /// One batch of [`run_each`](Self::run_each).
-    async fn each_batch<'s, F, Fut>(
+    /// One batch of [`rollout`](Self::rollout): its results in member order, and the members
+    /// fail-fast kept from starting.
+    async fn rollout_batch<'s, F, Fut>(
         &'s self,
-        op: &F,
+        attempt_once: &F,
         batch: usize,
         range: Range<usize>,
         run_started: tokio::time::Instant,
@@ -122,7 +156,7 @@ impl Fleet {
         on_event: &mut impl FnMut(FleetEvent<'_>),
     ) -> (Vec<HostResult>, Vec<usize>)
     where
-        F: Fn(usize, &'s SshExecutor) -> Fut,
+        F: Fn(usize, &'s SshExecutor, mpsc::UnboundedSender<Message>) -> Fut,
         Fut: Future<Output = Result<Execution>>,
     {
         let (tx, mut rx) = mpsc::unbounded_channel::<Message>();
@@ -134,6 +168,8 @@ impl Fleet {
             .map(|(index, executor)| {
                 let tx = tx.clone();
                 async move {
+                    // Checked when the host's turn comes, so a failure earlier in the batch
+                    // keeps it from starting.
                     if fail_fast && stop.load(Ordering::Relaxed) {
                         return (index, None);
                     }
@@ -141,24 +177,7 @@ impl Fleet {
                     let began = tokio::time::Instant::now();
                     let mut attempt = 1;
                     loop {
-                        let tried = tokio::time::Instant::now();
-                        let work = op(index, executor);
-                        let outcome = match self.per_host_timeout {
-                            Some(deadline) => {
-                                match limit::within(limit::deadline(tried, deadline), work).await {
-                                    Some(outcome) => outcome,
-                                    None => Ok(summary_execution(
-                                        executor.host(),
-                                        ExitStatus::TimedOut {
-                                            timeout: deadline,
-                                            confirmed_dead: false,
-                                        },
-                                        String::new(),
-                                    )),
-                                }
-                            }
-                            None => work.await,
-                        };
+                        let outcome = attempt_once(index, executor, tx.clone()).await;
                         let status = HostStatus::of(&outcome);
                         if status.is_retryable()
                             && attempt <= self.retries
@@ -173,10 +192,9 @@ impl Fleet {
                         if fail_fast && !status.is_ok() {
                             stop.store(true, Ordering::Relaxed);
                         }
-                        let outcome = outcome.map(|mut execution| {
-                            execution.duration = tried.elapsed();
-                            execution
-                        });
+                        if self.release_connections {
+                            executor.release_connections().await;
+                        }
                         let result = HostResult {
                             host: executor.host().to_owned(),
                             name: self.name(index).to_owned(),
@@ -221,6 +239,7 @@ impl Fleet {
                 Some(message) = rx.recv() => deliver(message, on_event),
                 next = runs.next() => match next {
                     Some((index, result)) => {
+                        // Output sent before the result must be reported first.
                         while let Ok(message) = rx.try_recv() {
                             deliver(message, on_event);
                         }
@@ -240,4 +259,32 @@ impl Fleet {
         not_started.sort_unstable();
         (results, not_started)
     }
+}
+
+/// `work` bounded by the per-host `deadline` (a deadline too far for the clock never passes),
+/// its result's duration that of the attempt.
+async fn bounded(
+    deadline: Option<Duration>,
+    host: &str,
+    work: impl Future<Output = Result<Execution>>,
+) -> Result<Execution> {
+    let tried = tokio::time::Instant::now();
+    let outcome = match deadline {
+        Some(deadline) => match limit::within(limit::deadline(tried, deadline), work).await {
+            Some(outcome) => outcome,
+            None => Ok(summary_execution(
+                host,
+                ExitStatus::TimedOut {
+                    timeout: deadline,
+                    confirmed_dead: false,
+                },
+                String::new(),
+            )),
+        },
+        None => work.await,
+    };
+    outcome.map(|mut execution| {
+        execution.duration = tried.elapsed();
+        execution
+    })
 }

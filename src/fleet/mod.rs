@@ -21,14 +21,8 @@ pub mod nodeset;
 pub mod record;
 pub mod status;
 
-use std::{
-    ops::Range,
-    path::Path,
-    sync::atomic::{AtomicBool, Ordering},
-    time::Duration,
-};
+use std::{ops::Range, path::Path, time::Duration};
 
-use futures::StreamExt;
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
@@ -696,179 +690,12 @@ impl Fleet {
     ///
     /// # Cancel safety
     /// Dropping the future drops every host's command, which kills their process groups.
-    pub async fn run(
-        &self,
-        command: &str,
-        mut on_event: impl FnMut(FleetEvent<'_>),
-    ) -> FleetReport {
-        let run_started = tokio::time::Instant::now();
-        let stop = AtomicBool::new(false);
-        let mut results = Vec::with_capacity(self.members.len());
-        let mut skipped = Vec::new();
-        let mut stopped: Option<String> = None;
-        // Refused before any connection: every host is reported skipped, with the reason.
-        if let Err(error) = self.ensure_descriptor_limit() {
-            stopped = Some(error.to_string());
-        }
-        for (batch, range) in self
-            .batches
-            .split(self.members.len())
-            .into_iter()
-            .enumerate()
-        {
-            if let Some(reason) = &stopped {
-                for member in range {
-                    if let Some(host) = self.skipped(member, reason) {
-                        on_event(FleetEvent::Skipped { skipped: &host });
-                        skipped.push(host);
-                    }
-                }
-                continue;
-            }
-            on_event(FleetEvent::BatchStarted {
-                batch,
-                members: range.clone(),
-            });
-            let hosts = range.len();
-            let (ran, not_started) = self
-                .run_batch(command, batch, range, run_started, &stop, &mut on_event)
-                .await;
-            let failed = ran.iter().filter(|r| !r.status().is_ok()).count();
-            results.extend(ran);
-            if stop.load(Ordering::Relaxed) {
-                stopped = Some(format!("fail-fast: a host failed in batch {batch}"));
-            } else if self.thresholds.batch_trips(failed, hosts) {
-                stopped = Some(format!(
-                    "batch {batch}: {failed} of {hosts} hosts failed, over the maximum of {}%",
-                    self.thresholds.max_fail_percentage.unwrap_or(0)
-                ));
-            }
-            for member in not_started {
-                let reason = stopped.as_deref().unwrap_or("fail-fast");
-                if let Some(host) = self.skipped(member, reason) {
-                    on_event(FleetEvent::Skipped { skipped: &host });
-                    skipped.push(host);
-                }
-            }
-        }
-        results.sort_by_key(|r| r.member);
-        FleetReport {
-            results,
-            skipped,
-            stopped,
-            duration: run_started.elapsed(),
-        }
-    }
-
-    /// One batch: its results in member order, and the members fail-fast kept from starting.
-    async fn run_batch(
-        &self,
-        command: &str,
-        batch: usize,
-        range: Range<usize>,
-        run_started: tokio::time::Instant,
-        stop: &AtomicBool,
-        on_event: &mut impl FnMut(FleetEvent<'_>),
-    ) -> (Vec<HostResult>, Vec<usize>) {
-        let (tx, mut rx) = mpsc::unbounded_channel::<Message>();
-        let fail_fast = self.thresholds.fail_fast;
-        let members = range
-            .clone()
-            .filter_map(|index| self.members.get(index).map(|e| (index, e)));
-        let mut runs = futures::stream::iter(members)
-            .map(|(index, executor)| {
-                let tx = tx.clone();
-                async move {
-                    // Checked when the host's turn comes, so a failure earlier in the batch
-                    // keeps it from starting.
-                    if fail_fast && stop.load(Ordering::Relaxed) {
-                        return (index, None);
-                    }
-                    let _ = tx.send(Message::Started(index));
-                    let began = tokio::time::Instant::now();
-                    let mut attempt = 1;
-                    loop {
-                        let outcome = self.attempt(executor, command, index, &tx).await;
-                        let status = HostStatus::of(&outcome);
-                        if status.is_retryable()
-                            && attempt <= self.retries
-                            && let Err(error) = outcome
-                        {
-                            let delay = backoff(self.retry_backoff, attempt);
-                            let _ = tx.send(Message::Retrying(index, attempt, error, delay));
-                            tokio::time::sleep(delay).await;
-                            attempt += 1;
-                            continue;
-                        }
-                        if fail_fast && !status.is_ok() {
-                            stop.store(true, Ordering::Relaxed);
-                        }
-                        if self.release_connections {
-                            executor.release_connections().await;
-                        }
-                        let result = HostResult {
-                            host: executor.host().to_owned(),
-                            name: self.name(index).to_owned(),
-                            port: executor.port(),
-                            user: executor.inner.config.user.clone(),
-                            member: index,
-                            batch,
-                            attempts: attempt,
-                            outcome,
-                            started: began.duration_since(run_started),
-                            duration: began.elapsed(),
-                        };
-                        return (index, Some(result));
-                    }
-                }
-            })
-            .buffer_unordered(self.concurrency);
-
-        let mut results = Vec::with_capacity(range.len());
-        let mut not_started = Vec::new();
-        let deliver = |message: Message, on_event: &mut dyn FnMut(FleetEvent<'_>)| match message {
-            Message::Started(member) => on_event(FleetEvent::Started {
-                host: self.name(member),
-                member,
-            }),
-            Message::Output(member, chunk) => on_event(FleetEvent::Output {
-                host: self.name(member),
-                member,
-                chunk: &chunk,
-            }),
-            Message::Retrying(member, attempt, error, delay) => on_event(FleetEvent::Retrying {
-                host: self.name(member),
-                member,
-                attempt,
-                error: &error,
-                delay,
-            }),
-        };
-        loop {
-            tokio::select! {
-                biased;
-                Some(message) = rx.recv() => deliver(message, on_event),
-                next = runs.next() => match next {
-                    Some((index, result)) => {
-                        // Output sent before the result must be reported first.
-                        while let Ok(message) = rx.try_recv() {
-                            deliver(message, on_event);
-                        }
-                        match result {
-                            Some(result) => {
-                                on_event(FleetEvent::Finished { result: &result, member: index });
-                                results.push(result);
-                            }
-                            None => not_started.push(index),
-                        }
-                    }
-                    None => break,
-                },
-            }
-        }
-        results.sort_by_key(|r| r.member);
-        not_started.sort_unstable();
-        (results, not_started)
+    pub async fn run(&self, command: &str, on_event: impl FnMut(FleetEvent<'_>)) -> FleetReport {
+        self.rollout(
+            |index, executor, events| self.attempt(executor, command, index, events),
+            on_event,
+        )
+        .await
     }
 
     /// One attempt on one host, bounded by the per-host deadline.
@@ -877,7 +704,7 @@ impl Fleet {
         executor: &SshExecutor,
         command: &str,
         index: usize,
-        tx: &mpsc::UnboundedSender<Message>,
+        tx: mpsc::UnboundedSender<Message>,
     ) -> Result<Execution> {
         let began = tokio::time::Instant::now();
         let timeout = self.per_host_timeout;
