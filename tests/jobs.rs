@@ -578,6 +578,7 @@ async fn dropbear_row(sftp: bool) {
             .await
             .is_empty()
     );
+    job.remove().await.unwrap();
 }
 
 #[tokio::test]

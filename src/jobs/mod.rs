@@ -20,7 +20,6 @@ pub(crate) mod tools;
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
-    sync::{Arc, Mutex},
     time::{Duration, SystemTime},
 };
 
@@ -203,11 +202,6 @@ pub struct Job {
     executor: SshExecutor,
     id: String,
     dir: PathBuf,
-    /// The `pid` record last read, shared by the handle's clones: with it, [`Job::status`]
-    /// checks `/proc` in the same round of SFTP requests as the records instead of after
-    /// them. It is read again every time and only trusted when it is unchanged (an id
-    /// removed and started again has a new one).
-    known_pid: Arc<Mutex<Option<PidRecord>>>,
 }
 
 impl SshExecutor {
@@ -299,7 +293,11 @@ impl SshExecutor {
         let base = PathBuf::from(base);
         let _ = self.inner.jobs_dir.set(base.clone());
         match outcome {
-            "ok" => Ok(Job::new(self.clone(), base.join(&id), id)),
+            "ok" => Ok(Job {
+                executor: self.clone(),
+                dir: base.join(&id),
+                id,
+            }),
             "differs" => Err(Error::JobExists {
                 host: config.host.clone(),
                 id,
@@ -322,10 +320,12 @@ impl SshExecutor {
     /// Only reads; dropping the future leaves nothing behind.
     pub async fn job(&self, id: &str) -> Result<Job> {
         validate_id(id)?;
-        let job = Job::new(self.clone(), self.jobs_dir().await?.join(id), id.to_owned());
-        // The pid record comes along with the spec (same round trips), for `status`.
-        let (spec, _) = tokio::join!(Box::pin(job.spec()), Box::pin(job.pid_record()));
-        spec?;
+        let job = Job {
+            executor: self.clone(),
+            id: id.to_owned(),
+            dir: self.jobs_dir().await?.join(id),
+        };
+        job.spec().await?;
         Ok(job)
     }
 
@@ -343,10 +343,17 @@ impl SshExecutor {
         names.sort();
         let infos = stream::iter(names)
             .map(|id| {
-                let job = Job::new(self.clone(), base.join(&id), id);
+                let job = Job {
+                    executor: self.clone(),
+                    dir: base.join(&id),
+                    id,
+                };
                 async move { job.info().await }
             })
-            .buffered(16)
+            // Each info is several reads in flight at once, and on a server without SFTP every
+            // read is an exec channel and a process of its own: 4 jobs at a time keep a long
+            // listing from crowding the pool and a small server.
+            .buffered(4)
             .collect::<Vec<_>>()
             .await;
         let mut out = Vec::with_capacity(infos.len());
@@ -417,32 +424,6 @@ fn last_line(stderr: &[u8]) -> String {
 }
 
 impl Job {
-    fn new(executor: SshExecutor, dir: PathBuf, id: String) -> Self {
-        Job {
-            executor,
-            id,
-            dir,
-            known_pid: Arc::default(),
-        }
-    }
-
-    fn known_pid(&self) -> Option<PidRecord> {
-        self.known_pid.lock().ok().and_then(|known| known.clone())
-    }
-
-    /// Reads the `pid` record and remembers it.
-    async fn pid_record(&self) -> Result<Option<PidRecord>> {
-        let pid = self
-            .record("pid")
-            .await?
-            .as_deref()
-            .and_then(PidRecord::parse);
-        if let (Some(pid), Ok(mut known)) = (&pid, self.known_pid.lock()) {
-            *known = Some(pid.clone());
-        }
-        Ok(pid)
-    }
-
     /// The job's id.
     pub fn id(&self) -> &str {
         &self.id
@@ -516,31 +497,15 @@ impl Job {
     }
 
     async fn status_with_pid(&self) -> Result<(JobStatus, Option<PidRecord>)> {
-        // Every read is in flight at once on the SFTP channel: the records, the boot id and,
-        // when this handle has read the pid record before, the runner's and the job's
-        // `/proc` entries (one round of requests, no process on the host). A job that ends
-        // between them is caught below: `exit` is read again before anything is called lost.
+        // The three reads are in flight at once on the SFTP channel. A job that ends between
+        // them is caught below: `exit` is read again before anything is called lost.
         let boot_id = Path::new("/proc/sys/kernel/random/boot_id");
-        let known = self.known_pid();
-        let alive_known = |pick: fn(&PidRecord) -> (u32, &str)| {
-            let known = known.as_ref().map(pick);
-            async move {
-                match known {
-                    Some((pid, start_time)) => self.alive(pid, start_time).await.map(Some),
-                    None => Ok(None),
-                }
-            }
-        };
-        // Boxed: five SFTP reads held inline would make this future (and every caller's)
-        // large enough to overflow a thread's stack in debug builds.
-        let (exit, pid, boot, runner_alive, job_alive) = tokio::join!(
-            Box::pin(self.exit_record()),
-            Box::pin(self.pid_record()),
-            Box::pin(self.executor.read_range(boot_id, 0, RECORD_MAX)),
-            Box::pin(alive_known(|p| (p.runner_pid, &p.runner_start_time))),
-            Box::pin(alive_known(|p| (p.pid, &p.start_time))),
+        let (exit, pid, boot) = tokio::join!(
+            self.exit_record(),
+            self.record("pid"),
+            self.executor.read_range(boot_id, 0, RECORD_MAX)
         );
-        let pid = pid?;
+        let pid = pid?.as_deref().and_then(PidRecord::parse);
         if let Some(exit) = exit? {
             return Ok((JobStatus::Exited(exit.status()), pid));
         }
@@ -556,19 +521,10 @@ impl Job {
             Some(boot) => pid.boot_id == "-" || pid.boot_id == boot,
             None => true,
         };
-        // The `/proc` reads above count only for the pid record they were made for.
-        let (runner_alive, job_alive) = match (runner_alive?, job_alive?) {
-            (Some(runner), Some(job)) if known.as_ref() == Some(&pid) => (Some(runner), Some(job)),
-            _ => (None, None),
-        };
-        let alive = match runner_alive {
-            Some(runner) => runner || job_alive == Some(true),
-            None => {
-                self.alive(pid.runner_pid, &pid.runner_start_time).await?
-                    || self.alive(pid.pid, &pid.start_time).await?
-            }
-        };
-        if same_boot && alive {
+        if same_boot
+            && (self.alive(pid.runner_pid, &pid.runner_start_time).await?
+                || self.alive(pid.pid, &pid.start_time).await?)
+        {
             let status = JobStatus::Running {
                 pid: pid.pid,
                 started_at: pid.started_at,
@@ -662,30 +618,16 @@ impl Job {
     /// # Cancel safety
     /// Only reads; dropping the future leaves nothing behind.
     pub async fn read(&self, stream: JobStream, offset: u64, max: u64) -> Result<JobOutput> {
-        // The `.drop` record and the bytes are read at once (one round of SFTP requests).
-        // Once the spooler wrote `.drop` the file no longer changes, but these bytes may
-        // have been read before it did: so a short read counts as the end only after one
-        // more read past it, issued once `.drop` is known to exist (at the end only).
-        let path = self.dir.join(stream.name());
-        let (ended, bytes) = tokio::join!(
-            Box::pin(self.dropped(stream)),
-            Box::pin(self.executor.read_range(&path, offset, max))
-        );
-        let ended = ended?;
-        let mut bytes = bytes?.ok_or_else(|| self.not_found())?;
-        let short = |bytes: &[u8]| (bytes.len() as u64) < max.max(1);
-        if ended.is_some() && short(&bytes) {
-            let at = offset + bytes.len() as u64;
-            let rest = max.saturating_sub(bytes.len() as u64);
-            let tail = self
-                .executor
-                .read_range(&path, at, rest)
-                .await?
-                .ok_or_else(|| self.not_found())?;
-            bytes.extend_from_slice(&tail);
-        }
+        // The end is known before the bytes are read: once the spooler wrote `.drop`, the
+        // file no longer changes, so a short read after it is the true end.
+        let ended = self.dropped(stream).await?;
+        let bytes = self
+            .executor
+            .read_range(&self.dir.join(stream.name()), offset, max)
+            .await?
+            .ok_or_else(|| self.not_found())?;
         let next_offset = offset + bytes.len() as u64;
-        let eof = ended.is_some() && short(&bytes);
+        let eof = ended.is_some() && (bytes.len() as u64) < max.max(1);
         Ok(JobOutput {
             bytes: Bytes::from(bytes),
             next_offset,
