@@ -177,7 +177,9 @@ impl Fleet {
                     let began = tokio::time::Instant::now();
                     let mut attempt = 1;
                     loop {
-                        let outcome = attempt_once(index, executor, tx.clone()).await;
+                        // On the heap: an operation's future (a copy's reads and writes, a job's
+                        // start) is large, and a debug build's test thread overflowed its stack.
+                        let outcome = Box::pin(attempt_once(index, executor, tx.clone())).await;
                         let status = HostStatus::of(&outcome);
                         if status.is_retryable()
                             && attempt <= self.retries
