@@ -457,36 +457,24 @@ impl Peers {
                 "parallel-ssh peer skipped: not installed (Debian: apt-get install -y pssh)".into(),
             );
         }
-        let ansible = match setup_ansible(&bench_dir.join("ansible-venv")) {
-            Ok((path, version)) => {
-                versions.push(version);
-                Some(path)
-            }
-            Err(e) => {
-                notes.push(format!("Ansible peer skipped: {e}"));
-                None
-            }
-        };
-        let clush = match setup_clush(&bench_dir.join("ansible-venv")) {
-            Ok((path, version)) => {
-                versions.push(version);
-                Some(path)
-            }
-            Err(e) => {
-                notes.push(format!("clush peer skipped: {e}"));
-                None
-            }
-        };
-        let bssh = match setup_bssh(&bench_dir.join("bssh")) {
-            Ok((path, version)) => {
-                versions.push(version);
-                Some(path)
-            }
-            Err(e) => {
-                notes.push(format!("bssh peer skipped: {e}"));
-                None
-            }
-        };
+        let ansible = installed_peer(
+            setup_ansible(&bench_dir.join("ansible-venv")),
+            "Ansible",
+            &mut versions,
+            &mut notes,
+        );
+        let clush = installed_peer(
+            setup_clush(&bench_dir.join("ansible-venv")),
+            "clush",
+            &mut versions,
+            &mut notes,
+        );
+        let bssh = installed_peer(
+            setup_bssh(&bench_dir.join("bssh")),
+            "bssh",
+            &mut versions,
+            &mut notes,
+        );
         let versions = versions.join(", ");
         println!("  peers: {versions}");
         for n in &notes {
@@ -1025,6 +1013,26 @@ fn run_ansible_rolling(ansible: &Path, helper: &Path, t: &Target<'_>, scratch: &
         run.failure = Some(format!("{e:#}"));
     }
     run
+}
+
+/// A peer's program once its setup succeeded (its version noted), or `None` with a note on
+/// why it is skipped.
+fn installed_peer(
+    setup: Result<(PathBuf, String), String>,
+    label: &str,
+    versions: &mut Vec<String>,
+    notes: &mut Vec<String>,
+) -> Option<PathBuf> {
+    match setup {
+        Ok((path, version)) => {
+            versions.push(version);
+            Some(path)
+        }
+        Err(e) => {
+            notes.push(format!("{label} peer skipped: {e}"));
+            None
+        }
+    }
 }
 
 /// The inventory and environment every Ansible run uses (see [`run_ansible`]).
