@@ -53,10 +53,11 @@ impl ClientHandler {
                     .collect::<Vec<_>>()
             }
         };
-        let loaded = {
-            let to_read = files.clone();
+        let (verdict, file) = {
+            let (to_read, host, port, presented) =
+                (files.clone(), self.host.clone(), self.port, key.clone());
             tokio::task::spawn_blocking(move || {
-                KnownHosts::load_all_cached(&to_read)
+                KnownHosts::check_cached(&to_read, &host, port, &presented)
                     .map_err(|(path, source)| Error::KnownHosts { path, source })
             })
             .await
@@ -65,10 +66,6 @@ impl ClientHandler {
                 source: std::io::Error::other(e.to_string()),
             })??
         };
-        let (verdict, file) = loaded.check_detailed(&self.host, self.port, key);
-        // Let go of the shared parse before recording a new key: the next load extends it in
-        // place when no one else holds it (see `KnownHosts::load_all_cached`).
-        drop(loaded);
         let file = file.map(|p| p.display().to_string()).unwrap_or_default();
         match verdict {
             Verdict::Trusted => Ok(()),
