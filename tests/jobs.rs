@@ -983,3 +983,181 @@ async fn an_interrupted_start_is_completed_by_asking_again() {
     );
     assert_eq!(std::fs::read_to_string(&marker).unwrap(), "run\n");
 }
+
+/// One poll as an agent issues it: status and stdout since the cursor, together.
+async fn poll(job: &Job, cursor: u64) -> (JobStatus, swiftide_ssh_executor::JobOutput) {
+    let (status, out) = tokio::join!(job.status(), job.read(JobStream::Stdout, cursor, 1 << 16));
+    (status.unwrap(), out.unwrap())
+}
+
+#[tokio::test]
+async fn a_polled_handle_sees_every_state_as_a_fresh_one_does() {
+    let tb = testbed();
+    let ex = executor(&tb).await;
+    let t = token();
+    // Running, then output, then exited: the polled handle (kept SFTP handles) and a fresh
+    // handle per poll (reads by path) agree at every step.
+    let job = ex
+        .spawn_job(
+            &format!("sleep 1.{t}; echo first; sleep 1; printf second; exit 7"),
+            JobOptions::new(),
+        )
+        .await
+        .unwrap();
+    let mut cursor = 0;
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let last = loop {
+        let (status, out) = poll(&job, cursor).await;
+        let fresh = ex.job(job.id()).await.unwrap();
+        let fresh_out = fresh.read(JobStream::Stdout, cursor, 1 << 16).await.unwrap();
+        let fresh_status = fresh.status().await.unwrap();
+        assert!(
+            !matches!(status, JobStatus::Lost | JobStatus::Starting),
+            "polled {status:?}"
+        );
+        // The job may move on between the two polls, never backwards.
+        if status.is_finished() {
+            assert_eq!(fresh_status, status);
+        }
+        assert!(
+            fresh_out.bytes.starts_with(&out.bytes),
+            "{:?} vs {:?}",
+            out.bytes,
+            fresh_out.bytes
+        );
+        seen.extend_from_slice(&out.bytes);
+        cursor = out.next_offset;
+        if out.eof {
+            assert!(status.is_finished() || fresh_status.is_finished());
+            break ex.job(job.id()).await.unwrap().status().await.unwrap();
+        }
+        assert!(Instant::now() < deadline, "the job did not end");
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    };
+    assert_eq!(seen, b"first\nsecond");
+    assert_eq!(last, JobStatus::Exited(ExitStatus::Code(7)));
+    assert_eq!(job.status().await.unwrap(), last);
+
+    // Killed: the polled handle sees the signal, as a fresh one does.
+    let killed = ex
+        .spawn_job(&format!("sleep 301.{t}"), JobOptions::new())
+        .await
+        .unwrap();
+    assert!(matches!(poll(&killed, 0).await.0, JobStatus::Running { .. }));
+    assert!(matches!(poll(&killed, 0).await.0, JobStatus::Running { .. }));
+    let other = executor(&tb).await;
+    let status = other
+        .job(killed.id())
+        .await
+        .unwrap()
+        .kill(Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(status, JobStatus::Exited(signal("TERM")));
+    assert_eq!(killed.status().await.unwrap(), status);
+    let end = killed.read(JobStream::Stdout, 0, 100).await.unwrap();
+    assert!(end.eof && end.bytes.is_empty());
+
+    // Lost: processes gone without a record, seen through the kept `/proc` handle.
+    let lost = ex
+        .spawn_job(&format!("sleep 302.{t}"), JobOptions::new())
+        .await
+        .unwrap();
+    assert!(matches!(poll(&lost, 0).await.0, JobStatus::Running { .. }));
+    let record = std::fs::read_to_string(lost.dir().join("pid")).unwrap();
+    let fields: Vec<&str> = record.split_whitespace().collect();
+    let killed_hard = std::process::Command::new("kill")
+        .args(["-s", "KILL", "--", fields[2], &format!("-{}", fields[0])])
+        .status()
+        .unwrap();
+    assert!(killed_hard.success());
+    wait_until_gone(&format!("^sleep 302.{t}"), Duration::from_secs(5)).await;
+    assert_eq!(
+        lost.wait(Duration::from_secs(5)).await.unwrap(),
+        JobStatus::Lost
+    );
+
+    // Removed by another client while this one keeps its handles: not found, never the
+    // bytes of the deleted files.
+    for gone in [&job, &killed, &lost] {
+        other.job(gone.id()).await.unwrap().remove().await.unwrap();
+        assert!(matches!(
+            gone.status().await,
+            Err(Error::JobNotFound { .. })
+        ));
+        assert!(matches!(
+            gone.read(JobStream::Stdout, 0, 100).await,
+            Err(Error::JobNotFound { .. })
+        ));
+    }
+}
+
+#[tokio::test]
+async fn a_job_started_again_under_its_id_is_read_from_its_new_files() {
+    let tb = testbed();
+    let ex = executor(&tb).await;
+    let id = format!("again-{}", token());
+    let first = ex
+        .spawn_job("echo the first output, longer", JobOptions::new().id(&id))
+        .await
+        .unwrap();
+    first.wait(Duration::from_secs(10)).await.unwrap();
+    let out = first.read(JobStream::Stdout, 0, 100).await.unwrap();
+    assert_eq!(&out.bytes[..], b"the first output, longer\n");
+    // Another client removes it and starts another command under the same id.
+    let other = executor(&tb).await;
+    other.job(&id).await.unwrap().remove().await.unwrap();
+    let second = other
+        .spawn_job("echo second; exit 4", JobOptions::new().id(&id))
+        .await
+        .unwrap();
+    second.wait(Duration::from_secs(10)).await.unwrap();
+    let out = first.read(JobStream::Stdout, 0, 100).await.unwrap();
+    assert_eq!(&out.bytes[..], b"second\n");
+    assert!(out.eof);
+    assert_eq!(
+        first.status().await.unwrap(),
+        JobStatus::Exited(ExitStatus::Code(4))
+    );
+    second.remove().await.unwrap();
+}
+
+#[tokio::test]
+async fn polls_racing_fifty_exits_never_error_and_never_say_lost() {
+    let tb = testbed();
+    let ex = executor(&tb).await;
+    let t = token();
+    let jobs: Vec<Job> = futures::future::try_join_all((0..50).map(|i| {
+        let command = format!("sleep 0.{}{t}; echo job{i}", i % 10);
+        let ex = &ex;
+        async move { ex.spawn_job(&command, JobOptions::new()).await }
+    }))
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let results = futures::future::join_all(jobs.iter().enumerate().map(|(i, job)| async move {
+        let mut cursor = 0;
+        let mut seen = Vec::new();
+        loop {
+            let (status, out) = tokio::join!(job.status(), job.read(JobStream::Stdout, cursor, 1 << 16));
+            let (status, out) = (status?, out?);
+            assert_ne!(status, JobStatus::Lost, "job {i} seen lost");
+            seen.extend_from_slice(&out.bytes);
+            cursor = out.next_offset;
+            if out.eof && status.is_finished() {
+                assert_eq!(status, JobStatus::Exited(ExitStatus::Code(0)), "job {i}");
+                assert_eq!(seen, format!("job{i}\n").into_bytes());
+                // Removed at once: the suite's other tests list the account's jobs (over
+                // exec on Dropbear without SFTP), and 50 more would crowd them.
+                return job.remove().await;
+            }
+            assert!(Instant::now() < deadline, "job {i} did not end");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }))
+    .await;
+    for result in results {
+        result.unwrap();
+    }
+}

@@ -20,4 +20,7 @@ pub(crate) use own_script::option_safe;
 /// For jobs, fleet copies (the remote checksums) and the adapters' remote search.
 pub(crate) use own_script::{quoted_path, run_collect};
 pub use remote_fs::{DirEntry, FileMetadata, FileType};
+/// For jobs' polls, which keep handles open on the connection's SFTP channel.
+pub(crate) use remote_fs::{Retry, sftp_path};
+pub(crate) use sftp::{SftpChannel, has_status};
 pub(crate) use stream_files::{LoadedFile, walk_files};

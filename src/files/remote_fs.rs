@@ -144,7 +144,7 @@ pub(crate) fn sftp_path(path: &Path) -> Result<&str> {
 
 /// Whether an operation may run again on a new channel after its channel broke under it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Retry {
+pub(crate) enum Retry {
     /// Reads, and writes that replace a file as a whole: running them twice does no harm.
     Idempotent,
     /// Removing or renaming: the first attempt may have happened, so a retry could fail
@@ -155,7 +155,7 @@ enum Retry {
 impl SshExecutor {
     /// Runs `op` on an SFTP channel. If the channel broke under it with a transport error,
     /// the channel is dropped and, when `retry` allows, `op` runs once more on a new one.
-    async fn with_sftp<T, F, Fut>(&self, retry: Retry, op: F) -> Result<T>
+    pub(crate) async fn with_sftp<T, F, Fut>(&self, retry: Retry, op: F) -> Result<T>
     where
         F: Fn(Arc<SftpChannel>) -> Fut,
         Fut: Future<Output = Result<T>>,

@@ -26,6 +26,7 @@
 //! handle intact.
 
 use std::{
+    collections::VecDeque,
     io,
     pin::Pin,
     sync::{
@@ -64,6 +65,12 @@ const MAX_IO_LEN: u32 = 255 * 1024;
 const DEFAULT_IO_LEN: u32 = 32 * 1024;
 /// Open handles per channel; see the module docs for why it stays below 128.
 const MAX_HANDLES: usize = 64;
+/// Handles kept open between operations per channel ([`SftpChannel::kept_handle`]): half of
+/// [`MAX_HANDLES`], so that kept handles never starve the operations that open their own.
+/// Jobs keep up to 4 per polled job (a stream, its `.drop` record, `/proc/<runner>/stat`,
+/// the boot id shared by all), so about 10 jobs polled in turn keep theirs open; more evict
+/// each other (least recently used first) and cost a re-open.
+const MAX_KEPT: usize = MAX_HANDLES / 2;
 /// Per-request deadline of russh-sftp: a request that gets no answer fails after this long.
 /// `MAX_WRITES × MAX_IO_LEN` (8 MiB) must be sendable in this time, so links down to about
 /// 300 KiB/s work.
@@ -134,6 +141,8 @@ pub(crate) struct SftpChannel {
     /// Weak: the session owns this channel.
     session: Weak<Session>,
     handles: Arc<Semaphore>,
+    /// [`SftpChannel::kept_handle`]'s handles by path, most recently used first.
+    kept: std::sync::Mutex<VecDeque<(String, Arc<KeptHandle>)>>,
 }
 
 impl std::fmt::Debug for SftpChannel {
@@ -170,6 +179,30 @@ impl Drop for OpenHandle {
             return;
         };
         let channel = self.channel.clone();
+        let handle = std::mem::take(&mut self.handle);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = channel.raw.close(handle).await;
+                drop(permit);
+            });
+        }
+    }
+}
+
+/// A handle the channel keeps open between operations ([`SftpChannel::kept_handle`]). It
+/// refers to its channel weakly (the channel holds it), and closes in the background when
+/// dropped while the channel lives; a channel that closes takes its handles with it.
+pub(crate) struct KeptHandle {
+    channel: Weak<SftpChannel>,
+    pub(crate) handle: String,
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Drop for KeptHandle {
+    fn drop(&mut self) {
+        let (Some(permit), Some(channel)) = (self.permit.take(), self.channel.upgrade()) else {
+            return;
+        };
         let handle = std::mem::take(&mut self.handle);
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
@@ -267,6 +300,7 @@ impl SftpChannel {
             broken,
             session: Arc::downgrade(session),
             handles: Arc::new(Semaphore::new(MAX_HANDLES)),
+            kept: std::sync::Mutex::new(VecDeque::with_capacity(MAX_KEPT + 1)),
         })
     }
 
@@ -347,7 +381,21 @@ impl SftpChannel {
         let file = self
             .open_handle(path, OpenFlags::READ, FileAttributes::empty())
             .await?;
-        let handle = file.handle.as_str();
+        let out = self.read_at(&file.handle, offset, max).await;
+        drop(file);
+        out
+    }
+
+    /// Reads up to `max` bytes of an open handle from `offset` (fewer at EOF). The first
+    /// request (of up to [`read_len`](Self::read_len) bytes) is sent when the future is first
+    /// polled; more follow, doubling up to [`MAX_READS`] in flight, while replies come back
+    /// full.
+    pub(crate) async fn read_at(
+        &self,
+        handle: &str,
+        offset: u64,
+        max: u64,
+    ) -> Result<Vec<u8>, SftpError> {
         let chunk = u64::from(self.read_len);
         let end = offset.saturating_add(max);
         let mut out = Vec::new();
@@ -377,9 +425,61 @@ impl SftpChannel {
                 None => break,
             }
         }
-        drop(in_flight);
-        drop(file);
         Ok(out)
+    }
+
+    /// The largest read request sent (the server's limit, at most [`MAX_IO_LEN`]).
+    pub(crate) fn read_len(&self) -> u32 {
+        self.read_len
+    }
+
+    /// A read handle on `path` kept open on this channel for later reads (by jobs, which
+    /// poll the same few files again and again: a read on an open handle is one round trip,
+    /// a read by path two). Opened on first use; the [`MAX_KEPT`] most recently used stay
+    /// open, and an evicted one closes once its last user drops it. A kept handle stays
+    /// bound to the file it opened: a caller that needs the file now at `path` (which may
+    /// have been replaced or removed) checks by path itself, and calls
+    /// [`forget_kept`](Self::forget_kept) when the handle no longer serves.
+    pub(crate) async fn kept_handle(
+        self: &Arc<Self>,
+        path: &str,
+    ) -> Result<Arc<KeptHandle>, SftpError> {
+        if let Some(handle) = self.kept_lookup(path) {
+            return Ok(handle);
+        }
+        let mut file = self
+            .open_handle(path, OpenFlags::READ, FileAttributes::empty())
+            .await?;
+        let opened = Arc::new(KeptHandle {
+            channel: Arc::downgrade(self),
+            handle: std::mem::take(&mut file.handle),
+            permit: file.permit.take(),
+        });
+        let mut kept = self.kept.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        // Another caller may have opened the same path meanwhile: keep one of the two.
+        if let Some(index) = kept.iter().position(|(kept_path, _)| kept_path == path) {
+            kept.remove(index);
+        }
+        kept.push_front((path.to_owned(), opened.clone()));
+        kept.truncate(MAX_KEPT);
+        Ok(opened)
+    }
+
+    fn kept_lookup(&self, path: &str) -> Option<Arc<KeptHandle>> {
+        let mut kept = self.kept.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let index = kept.iter().position(|(kept_path, _)| kept_path == path)?;
+        let entry = kept.remove(index)?;
+        let handle = entry.1.clone();
+        kept.push_front(entry);
+        Some(handle)
+    }
+
+    /// Stops keeping the handles of `path` and of every path under it (a directory); they
+    /// close once their users drop them.
+    pub(crate) fn forget_kept(&self, path: &str) {
+        let dir = format!("{}/", path.trim_end_matches('/'));
+        let mut kept = self.kept.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        kept.retain(|(kept_path, _)| kept_path != path && !kept_path.starts_with(&dir));
     }
 
     /// Appends everything from `out.len()` to EOF, with up to [`MAX_READS`] reads in flight.

@@ -12,6 +12,7 @@
 //! connection's SFTP channel (reads at an offset; no exec, no process on the host), or with
 //! small scripts on servers without SFTP. Killing and removing are one exec each.
 
+mod poll;
 mod script;
 mod spec;
 mod state;
@@ -20,6 +21,7 @@ pub(crate) mod tools;
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
+    sync::{Arc, Mutex},
     time::{Duration, SystemTime},
 };
 
@@ -46,6 +48,9 @@ const START_ATTEMPTS: u32 = 3;
 
 /// The largest record file read (`pid`, `exit`, `.drop`, `/proc/PID/stat`).
 const RECORD_MAX: u64 = 4096;
+
+/// The host's boot id, which the runner records next to the pid.
+const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
 
 /// One of a job's two output streams.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -197,11 +202,20 @@ pub struct JobInfo {
 
 /// A handle to a job on the host. Cheap to clone; holds no connection of its own (each call
 /// uses the executor's pool), so dropping it leaves the job running.
+///
+/// Polls keep a few read handles open on the connection's SFTP channel (the spool file and
+/// `.drop` record of each stream read, the runner's `/proc/PID/stat`), so that an idle poll
+/// is one round trip. They belong to the channel, not to this handle: dropping the `Job`
+/// closes nothing; at most 32 stay open per channel (least recently used go first), and
+/// they close with the channel. [`remove`](Self::remove) closes the job's own.
 #[derive(Debug, Clone)]
 pub struct Job {
     executor: SshExecutor,
     id: String,
     dir: PathBuf,
+    /// The `pid` record once read, shared by clones: its runner's `/proc` entry is what a
+    /// quick status polls.
+    known: Arc<Mutex<Option<PidRecord>>>,
 }
 
 impl SshExecutor {
@@ -293,11 +307,7 @@ impl SshExecutor {
         let base = PathBuf::from(base);
         let _ = self.inner.jobs_dir.set(base.clone());
         match outcome {
-            "ok" => Ok(Job {
-                executor: self.clone(),
-                dir: base.join(&id),
-                id,
-            }),
+            "ok" => Ok(Job::new(self, base.join(&id), id)),
             "differs" => Err(Error::JobExists {
                 host: config.host.clone(),
                 id,
@@ -320,11 +330,7 @@ impl SshExecutor {
     /// Only reads; dropping the future leaves nothing behind.
     pub async fn job(&self, id: &str) -> Result<Job> {
         validate_id(id)?;
-        let job = Job {
-            executor: self.clone(),
-            id: id.to_owned(),
-            dir: self.jobs_dir().await?.join(id),
-        };
+        let job = Job::new(self, self.jobs_dir().await?.join(id), id.to_owned());
         job.spec().await?;
         Ok(job)
     }
@@ -343,11 +349,7 @@ impl SshExecutor {
         names.sort();
         let infos = stream::iter(names)
             .map(|id| {
-                let job = Job {
-                    executor: self.clone(),
-                    dir: base.join(&id),
-                    id,
-                };
+                let job = Job::new(self, base.join(&id), id);
                 async move { job.info().await }
             })
             // Each info is several reads in flight at once, and on a server without SFTP every
@@ -424,6 +426,15 @@ fn last_line(stderr: &[u8]) -> String {
 }
 
 impl Job {
+    fn new(executor: &SshExecutor, dir: PathBuf, id: String) -> Self {
+        Job {
+            executor: executor.clone(),
+            id,
+            dir,
+            known: Arc::new(Mutex::new(None)),
+        }
+    }
+
     /// The job's id.
     pub fn id(&self) -> &str {
         &self.id
@@ -474,12 +485,10 @@ impl Job {
             .and_then(ExitRecord::parse))
     }
 
-    /// Whether process `pid` runs with start time `start_time`.
+    /// Whether process `pid` runs with start time `start_time`. A process that ends while
+    /// its `stat` is read (the read fails) is gone.
     async fn alive(&self, pid: u32, start_time: &str) -> Result<bool> {
-        let stat = self
-            .executor
-            .read_range(Path::new(&format!("/proc/{pid}/stat")), 0, RECORD_MAX)
-            .await?;
+        let stat = self.read_kept_record(&format!("/proc/{pid}/stat")).await?;
         Ok(stat.as_deref().and_then(proc_start_time).as_deref() == Some(start_time))
     }
 
@@ -497,15 +506,23 @@ impl Job {
     }
 
     async fn status_with_pid(&self) -> Result<(JobStatus, Option<PidRecord>)> {
-        // The three reads are in flight at once on the SFTP channel. A job that ends between
-        // them is caught below: `exit` is read again before anything is called lost.
-        let boot_id = Path::new("/proc/sys/kernel/random/boot_id");
+        // A job whose start this handle has seen: one round trip on kept handles.
+        if let Some(known) = self.known_start()
+            && let Some(status) = self.quick_status(&known).await?
+        {
+            return Ok((status, Some(known)));
+        }
+        // The full check, by path. The three reads are in flight at once. A job that ends
+        // between them is caught below: `exit` is read again before anything is called lost.
         let (exit, pid, boot) = tokio::join!(
             self.exit_record(),
             self.record("pid"),
-            self.executor.read_range(boot_id, 0, RECORD_MAX)
+            self.read_kept_record(BOOT_ID)
         );
         let pid = pid?.as_deref().and_then(PidRecord::parse);
+        if let Some(pid) = &pid {
+            self.remember_start(pid).await;
+        }
         if let Some(exit) = exit? {
             return Ok((JobStatus::Exited(exit.status()), pid));
         }
@@ -587,9 +604,14 @@ impl Job {
             .await?
             .as_deref()
             .and_then(DropRecord::parse);
-        let Some(record) = record else {
-            return Ok(None);
-        };
+        match record {
+            Some(record) => Ok(Some(self.drop_of(stream, record).await?)),
+            None => Ok(None),
+        }
+    }
+
+    /// What a stream whose spooler wrote `record` dropped, if anything.
+    async fn drop_of(&self, stream: JobStream, record: DropRecord) -> Result<Option<JobDrop>> {
         if record.head_status != 0 {
             let message = self
                 .record(&format!("{}.err", stream.name()))
@@ -597,15 +619,15 @@ impl Job {
                 .map(|bytes| trimmed(&bytes))
                 .filter(|text| !text.is_empty())
                 .unwrap_or_else(|| format!("exit status {}", record.head_status));
-            return Ok(Some(Some(JobDrop {
+            return Ok(Some(JobDrop {
                 bytes: record.dropped,
                 reason: JobDropReason::WriteFailed { message },
-            })));
+            }));
         }
-        Ok(Some((record.dropped > 0).then_some(JobDrop {
+        Ok((record.dropped > 0).then_some(JobDrop {
             bytes: record.dropped,
             reason: JobDropReason::SpoolCap { cap: record.cap },
-        })))
+        }))
     }
 
     /// Reads up to `max` bytes of `stream` from `offset`. Consumes nothing: the same read
@@ -618,22 +640,20 @@ impl Job {
     /// # Cancel safety
     /// Only reads; dropping the future leaves nothing behind.
     pub async fn read(&self, stream: JobStream, offset: u64, max: u64) -> Result<JobOutput> {
-        // The end is known before the bytes are read: once the spooler wrote `.drop`, the
-        // file no longer changes, so a short read after it is the true end.
+        // Over SFTP: one round trip on kept handles.
+        if let Some(output) = self.quick_read(stream, offset, max).await? {
+            return Ok(output);
+        }
+        // By path (without SFTP, every read an exec). The end is known before the bytes are
+        // read: once the spooler wrote `.drop`, the file no longer changes, so a short read
+        // after it is the true end.
         let ended = self.dropped(stream).await?;
         let bytes = self
             .executor
             .read_range(&self.dir.join(stream.name()), offset, max)
             .await?
             .ok_or_else(|| self.not_found())?;
-        let next_offset = offset + bytes.len() as u64;
-        let eof = ended.is_some() && (bytes.len() as u64) < max.max(1);
-        Ok(JobOutput {
-            bytes: Bytes::from(bytes),
-            next_offset,
-            eof,
-            dropped: if eof { ended.flatten() } else { None },
-        })
+        Ok(Self::output(offset, max, bytes, ended))
     }
 
     /// Live output from `cursor` until both streams have ended, as [`OutputChunk`]s (stdout
@@ -812,6 +832,7 @@ impl Job {
         if !status.success() {
             return Err(self.failed("remove", &out.stderr));
         }
+        self.forget_handles().await;
         Ok(())
     }
 }
