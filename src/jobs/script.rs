@@ -13,7 +13,7 @@
 //! | `spec` | start, the last of its files | what the job was started with ([`Spec`](super::spec::Spec)) |
 //! | `launch` | start | `cd`, environment and `exec sh -c '<command>'`, as for a command |
 //! | `run`, `params` | start | the runner and its numbers (`cap`, `dl`, `grace`) |
-//! | `o.fifo`, `e.fifo` | start (`mkfifo`), removed by the runner at the end | the command's stdout and stderr on their way to the spoolers |
+//! | `o.fifo`, `e.fifo`, `ready` | start (`mkfifo`), removed by the runner at the end | the command's stdout and stderr on their way to the spoolers; the runner's answer to the start script |
 //! | `started` | start | created with `O_EXCL` (`set -C`): claims the one start of the runner (a directory, made by `mkdir`, in jobs started by earlier builds; both count) |
 //! | `pid` | start (padded), runner (in place) | `<pid> <starttime> <runner pid> <runner starttime> <boot id> <started at>`; blank until recorded (earlier builds wrote it by temp + `mv`: missing until recorded) |
 //! | `stdout`, `stderr` | the spoolers | the output, exactly, up to the cap |
@@ -36,10 +36,12 @@
 //! A start that creates the job directory runs `mkdir`, one `mkfifo`, then the runner
 //! (`setsid`, `sh`), which runs `date` once before it answers; the spoolers (`head`, then
 //! `wc`) and the command's `setsid`/`sh` start beside it. The start script waits for the
-//! runner's answer on a pipe (a command substitution of the backgrounded runner): the runner
-//! writes `ok` once `pid` is recorded and then lets its stdout go, and every process it starts
-//! has a stdout of its own, so the pipe closes at once, and closes as well when the runner
-//! dies before answering. Only a start that finds the directory there (a retry, a concurrent
+//! runner's answer on the `ready` FIFO (the runner's stdout, opened before its `exec`): the
+//! runner writes `ok` once `pid` is recorded and then lets its stdout go, and every process it
+//! starts has a stdout of its own, so the read returns at once, and returns as well (at EOF)
+//! when the runner dies before answering. (A command substitution of the backgrounded runner
+//! does not do: dash leaks a saved copy of the pipe into the background job, fd 251, so the
+//! answer would wait for the job's end.) Only a start that finds the directory there (a retry, a concurrent
 //! start) reads the spec back to compare it, and only one that did not start the runner itself
 //! polls for the `pid` record.
 
@@ -72,14 +74,14 @@ const BOOT_ID: &str = r#"boot() { bid=; read -r bid 2>/dev/null </proc/sys/kerne
 /// Sleeps a little: fractions where `sleep` takes them (GNU, BusyBox), else a second.
 const NAP: &str = "nap() { sleep \"$1\" 2>/dev/null || sleep 1; }\n";
 
-/// The runner, run as `setsid /bin/sh run <dir>` with its stdout on a pipe the start script
-/// reads: it spools the command's output through the two FIFOs the start script made
+/// The runner, run as `setsid /bin/sh run <dir>` with its stdout on the `ready` FIFO the start
+/// script reads: it spools the command's output through the two FIFOs the start script made
 /// (`head -c cap` into the stream file, the rest counted by `wc -c`), starts the command in
 /// a session of its own, records its pid, start time and the boot id in the padded `pid`
-/// file, says `ok` on the pipe and lets it go, arms the deadline, waits for the command and
+/// file, says `ok` on the FIFO and lets it go, arms the deadline, waits for the command and
 /// both streams, and writes `exit`. Its last act kills its own group (the watchdog and its
 /// `sleep`); the job's group is the command's. Every child gets a stdout of its own, so the
-/// pipe closes when the runner lets it go (or dies): the start script never waits on a poll.
+/// FIFO closes when the runner lets it go (or dies): the start script never waits on a poll.
 const RUNNER: &str = r#"d=$1
 . "$d/params"
 spool() {
@@ -112,7 +114,7 @@ fi
 wait "$c"; r=$?
 wait "$o"; wait "$e"
 printf '%s %s\n' "$r" "$(date +%s)" 1<>"$d/exit.tmp" && mv -f -- "$d/exit.tmp" "$d/exit"
-rm -f -- "$d/o.fifo" "$d/e.fifo"
+rm -f -- "$d/o.fifo" "$d/e.fifo" "$d/ready"
 kill -KILL "-$$" 2>/dev/null
 "#;
 
@@ -153,8 +155,8 @@ pub(crate) fn launch(
 /// The path of a start that creates the directory forks three processes besides the runner:
 /// `mkdir` of the job directory, one `mkfifo` and the subshell that starts the runner; the
 /// files are written with `printf`, the claim of the one runner start is a `set -C`
-/// (`O_EXCL`) redirection, and the answer comes on a pipe from the runner (no poll, no
-/// `sleep`). A start that finds the directory there (a second start with the same id, a
+/// (`O_EXCL`) redirection, and the answer comes on the `ready` FIFO from the runner (no poll,
+/// no `sleep`). A start that finds the directory there (a second start with the same id, a
 /// retry after a broken connection) waits for the claim, compares the spec and, if the
 /// runner was started by another, polls for its `pid` record.
 pub(crate) fn start(spec: &Spec, launch: &[u8]) -> Vec<u8> {
@@ -199,7 +201,7 @@ files() {
     for f in pid exit.tmp reason stdout.drop stderr.drop stdout.err stderr.err; do
       printf '%256s' '' >"$d/$f" || unwritable
     done &&
-    true >"$d/stdout" && true >"$d/stderr" && mkfifo -- "$d/o.fifo" "$d/e.fifo" &&
+    true >"$d/stdout" && true >"$d/stderr" && mkfifo -- "$d/o.fifo" "$d/e.fifo" "$d/ready" &&
     printf %s "$sp" >"$d/spec"; } 2>/dev/null || unwritable
 }
 # Whether the runner's `pid` record is there (this version pads it; the previous one wrote
@@ -218,7 +220,7 @@ else
   while ! claimed && [ "$n" -lt 300 ]; do nap 0.01; n=$((n + 1)); done
   if ! claimed; then
     # The start that made the directory broke before its claim: write the files again.
-    rm -f -- "$d/o.fifo" "$d/e.fifo"
+    rm -f -- "$d/o.fifo" "$d/e.fifo" "$d/ready"
     files
   fi
   s=$(cat -- "$d/spec"; echo x)
@@ -230,12 +232,13 @@ if true 2>/dev/null >"$d/started"; then
   if [ -z "$new" ]; then
     # The files may be a previous version's (whose start broke before its claim): this
     # runner, its FIFOs and its padded `pid`.
-    { printf %s "$ru" >"$d/run" && { [ -p "$d/o.fifo" ] || mkfifo -- "$d/o.fifo" "$d/e.fifo"; } &&
+    { printf %s "$ru" >"$d/run" && { [ -p "$d/ready" ] || { rm -f -- "$d/o.fifo" "$d/e.fifo"; mkfifo -- "$d/o.fifo" "$d/e.fifo" "$d/ready"; }; } &&
       { [ -f "$d/pid" ] || printf '%256s' '' >"$d/pid"; }; } 2>/dev/null || unwritable
   fi
-  r=$(cd / && { setsid /bin/sh "$d/run" "$d" </dev/null 2>"$d/failed" 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&- & })
+  (cd / && exec setsid /bin/sh "$d/run" "$d" </dev/null >"$d/ready" 2>"$d/failed" 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&-) &
+  r=; read -r r <"$d/ready"
   [ "$r" = ok ] && { echo ok; exit 0; }
-  # The pipe closed without an answer: the runner is gone.
+  # The FIFO closed without an answer: the runner is gone.
   recorded && { echo ok; exit 0; }
   if [ -s "$d/failed" ]; then cat -- "$d/failed" >&2; else echo "the job's runner ended before it recorded the start" >&2; fi
   exit 5
