@@ -1160,4 +1160,40 @@ async fn polls_racing_fifty_exits_never_error_and_never_say_lost() {
     for result in results {
         result.unwrap();
     }
+
+#[tokio::test]
+async fn a_job_laid_out_by_an_earlier_build_is_reattached_and_not_started_again() {
+    let tb = testbed();
+    let ex = executor(&tb).await;
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("runs");
+    let id = format!("earlier-{}", token());
+    let command = format!("echo run >> '{}'; echo out", marker.display());
+    let job = ex
+        .spawn_job(&command, JobOptions::new().id(&id))
+        .await
+        .unwrap();
+    assert_eq!(
+        job.wait(Duration::from_secs(10)).await.unwrap(),
+        JobStatus::Exited(ExitStatus::Code(0))
+    );
+    // Earlier builds claimed the runner start with a directory (`mkdir started`) and wrote
+    // the `pid` record unpadded, by `mv`.
+    let started = job.dir().join("started");
+    std::fs::remove_file(&started).unwrap();
+    std::fs::create_dir(&started).unwrap();
+    let pid = job.dir().join("pid");
+    let record = std::fs::read_to_string(&pid).unwrap();
+    std::fs::write(&pid, format!("{}\n", record.trim())).unwrap();
+    let again = ex
+        .spawn_job(&command, JobOptions::new().id(&id))
+        .await
+        .unwrap();
+    assert_eq!(
+        again.status().await.unwrap(),
+        JobStatus::Exited(ExitStatus::Code(0))
+    );
+    assert_eq!(read_all(&again, JobStream::Stdout, 1024).await, b"out\n");
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "run\n");
+    again.remove().await.unwrap();
 }
