@@ -1010,7 +1010,10 @@ async fn a_polled_handle_sees_every_state_as_a_fresh_one_does() {
     let last = loop {
         let (status, out) = poll(&job, cursor).await;
         let fresh = ex.job(job.id()).await.unwrap();
-        let fresh_out = fresh.read(JobStream::Stdout, cursor, 1 << 16).await.unwrap();
+        let fresh_out = fresh
+            .read(JobStream::Stdout, cursor, 1 << 16)
+            .await
+            .unwrap();
         let fresh_status = fresh.status().await.unwrap();
         assert!(
             !matches!(status, JobStatus::Lost | JobStatus::Starting),
@@ -1044,8 +1047,14 @@ async fn a_polled_handle_sees_every_state_as_a_fresh_one_does() {
         .spawn_job(&format!("sleep 301.{t}"), JobOptions::new())
         .await
         .unwrap();
-    assert!(matches!(poll(&killed, 0).await.0, JobStatus::Running { .. }));
-    assert!(matches!(poll(&killed, 0).await.0, JobStatus::Running { .. }));
+    assert!(matches!(
+        poll(&killed, 0).await.0,
+        JobStatus::Running { .. }
+    ));
+    assert!(matches!(
+        poll(&killed, 0).await.0,
+        JobStatus::Running { .. }
+    ));
     let other = executor(&tb).await;
     let status = other
         .job(killed.id())
@@ -1140,7 +1149,8 @@ async fn polls_racing_fifty_exits_never_error_and_never_say_lost() {
         let mut cursor = 0;
         let mut seen = Vec::new();
         loop {
-            let (status, out) = tokio::join!(job.status(), job.read(JobStream::Stdout, cursor, 1 << 16));
+            let (status, out) =
+                tokio::join!(job.status(), job.read(JobStream::Stdout, cursor, 1 << 16));
             let (status, out) = (status?, out?);
             assert_ne!(status, JobStatus::Lost, "job {i} seen lost");
             seen.extend_from_slice(&out.bytes);
@@ -1160,6 +1170,7 @@ async fn polls_racing_fifty_exits_never_error_and_never_say_lost() {
     for result in results {
         result.unwrap();
     }
+}
 
 #[tokio::test]
 async fn a_job_laid_out_by_an_earlier_build_is_reattached_and_not_started_again() {

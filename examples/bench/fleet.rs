@@ -541,13 +541,13 @@ fn setup_clush(venv: &Path) -> Result<(PathBuf, String), String> {
     ))
 }
 
-/// bssh, installed beforehand with `cargo install --ignore-rust-version --locked bssh --root
+/// bssh, installed beforehand with `cargo install --ignore-rust-version --locked bssh@2.2.3 --root
 /// target/bench/bssh` (it compiles for minutes, so the harness does not start it).
 fn setup_bssh(root: &Path) -> Result<(PathBuf, String), String> {
     let bssh = root.join("bin/bssh");
     if !bssh.exists() {
         return Err(format!(
-            "not installed (cargo install --ignore-rust-version --locked bssh --root {})",
+            "not installed (cargo install --ignore-rust-version --locked bssh@2.2.3 --root {})",
             root.display()
         ));
     }
@@ -647,9 +647,13 @@ fn run_clush(clush: &Path, helper: &Path, t: &Target<'_>, scratch: &Path) -> Run
     run
 }
 
-/// bssh: `bssh -H root@127.0.0.1:P1,… -i KEY --parallel 100 --stream -o … 'uname -a'`
-/// (its own SSH stack, russh; strict host key checking against the fleet's known_hosts).
-/// A host counts when a line naming its port carries `Linux …`.
+/// bssh: `bssh -H root@127.0.0.1:P1,… -i KEY --parallel 100 --strict-host-key-checking yes
+/// 'uname -a'` (its own SSH stack, russh), with `HOME` a scratch directory whose
+/// `.ssh/known_hosts` is the fleet's: bssh 2.2.3 checks strictly only against
+/// `~/.ssh/known_hosts` (with `-F`'s `UserKnownHostsFile` it warned about the "unusual
+/// location" and then accepted a wrong key, tried by hand). Its per-host block is a
+/// `✓ user@127.0.0.1:PORT` line, then the output indented; `--stream` prefixes lines with the
+/// address alone, which does not tell ports apart.
 fn run_bssh(bssh: &Path, helper: &Path, t: &Target<'_>, scratch: &Path) -> Run {
     let mut run = Run {
         client: "bssh".into(),
@@ -657,6 +661,9 @@ fn run_bssh(bssh: &Path, helper: &Path, t: &Target<'_>, scratch: &Path) -> Run {
         ..Run::default()
     };
     let result = (|| -> anyhow::Result<()> {
+        let home = scratch.join("bssh-home");
+        std::fs::create_dir_all(home.join(".ssh"))?;
+        std::fs::copy(&t.endpoints.known_hosts, home.join(".ssh/known_hosts"))?;
         let hosts = t
             .endpoints
             .ports
@@ -671,34 +678,38 @@ fn run_bssh(bssh: &Path, helper: &Path, t: &Target<'_>, scratch: &Path) -> Run {
             t.key.display().to_string(),
             "--parallel".into(),
             t.concurrency.to_string(),
-            "--stream".into(),
-            "-o".into(),
-            "StrictHostKeyChecking=yes".into(),
-            "-o".into(),
-            format!("UserKnownHostsFile={}", t.endpoints.known_hosts.display()),
+            "--strict-host-key-checking".into(),
+            "yes".into(),
             "-F".into(),
             "/dev/null".into(),
             COMMAND.into(),
         ];
-        let w = run_wrapped(helper, &bssh.display().to_string(), &args, &[], scratch)?;
+        let env = [
+            ("HOME", home.display().to_string()),
+            ("NO_COLOR", "1".to_owned()),
+        ];
+        let w = run_wrapped(helper, &bssh.display().to_string(), &args, &env, scratch)?;
         run.record_process(&w);
         let ports: std::collections::HashSet<u16> = t.endpoints.ports.iter().copied().collect();
         let mut seen = std::collections::HashSet::new();
+        let mut current: Option<u16> = None;
         for (_, line) in &w.lines {
-            if let Some(at) = line.find(EXPECT) {
-                let head = &line[..at];
-                if let Some(port) = head
+            let line = strip_ansi(line);
+            if let Some((_, address)) = line.split_once("@127.0.0.1:") {
+                let port = address
                     .split(|c: char| !c.is_ascii_digit())
-                    .filter_map(|p| p.parse::<u16>().ok())
-                    .find(|p| ports.contains(p))
-                {
-                    seen.insert(port);
-                }
+                    .next()
+                    .and_then(|p| p.parse::<u16>().ok());
+                current = port.filter(|p| line.contains('✓') && ports.contains(p));
+            } else if line.trim_start().starts_with(EXPECT)
+                && let Some(port) = current
+            {
+                seen.insert(port);
             }
         }
         run.ok = seen.len();
         if run.ok != run.hosts {
-            let sample: Vec<&str> = w.lines.iter().map(|(_, l)| l.as_str()).take(3).collect();
+            let sample: Vec<&str> = w.lines.iter().map(|(_, l)| l.as_str()).take(6).collect();
             println!(
                 "    bssh: {} of {} correct; stdout {sample:?}; stderr: {}",
                 run.ok,
@@ -712,6 +723,27 @@ fn run_bssh(bssh: &Path, helper: &Path, t: &Target<'_>, scratch: &Path) -> Run {
         run.failure = Some(format!("{e:#}"));
     }
     run
+}
+
+/// `text` without ANSI escape sequences (`ESC [ … letter`), which bssh prints even with
+/// `NO_COLOR` around its markers.
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            if chars.next() == Some('[') {
+                for c in chars.by_ref() {
+                    if c.is_ascii_alphabetic() {
+                        break;
+                    }
+                }
+            }
+            continue;
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// The OpenSSH client options every OpenSSH-based peer gets: the testbed key, strict host key

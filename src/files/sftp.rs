@@ -455,7 +455,10 @@ impl SftpChannel {
             handle: std::mem::take(&mut file.handle),
             permit: file.permit.take(),
         });
-        let mut kept = self.kept.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut kept = self
+            .kept
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         // Another caller may have opened the same path meanwhile: keep one of the two.
         if let Some(index) = kept.iter().position(|(kept_path, _)| kept_path == path) {
             kept.remove(index);
@@ -466,7 +469,10 @@ impl SftpChannel {
     }
 
     fn kept_lookup(&self, path: &str) -> Option<Arc<KeptHandle>> {
-        let mut kept = self.kept.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut kept = self
+            .kept
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let index = kept.iter().position(|(kept_path, _)| kept_path == path)?;
         let entry = kept.remove(index)?;
         let handle = entry.1.clone();
@@ -478,7 +484,10 @@ impl SftpChannel {
     /// close once their users drop them.
     pub(crate) fn forget_kept(&self, path: &str) {
         let dir = format!("{}/", path.trim_end_matches('/'));
-        let mut kept = self.kept.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut kept = self
+            .kept
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         kept.retain(|(kept_path, _)| kept_path != path && !kept_path.starts_with(&dir));
     }
 

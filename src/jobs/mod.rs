@@ -347,15 +347,20 @@ impl SshExecutor {
         let mut names = self.dir_names(&base).await?.unwrap_or_default();
         names.retain(|name| validate_id(name).is_ok());
         names.sort();
+        // Each info is several reads in flight at once, and on a server without SFTP every
+        // read is an exec channel and a process of its own: there one job at a time (a
+        // Dropbear listing a hundred jobs four at a time lost its connection), elsewhere 4
+        // jobs at a time keep a long listing from crowding the pool and a small server.
+        let at_once = match self.sftp().await {
+            Err(Error::SftpUnavailable { .. }) => 1,
+            _ => 4,
+        };
         let infos = stream::iter(names)
             .map(|id| {
                 let job = Job::new(self, base.join(&id), id);
                 async move { job.info().await }
             })
-            // Each info is several reads in flight at once, and on a server without SFTP every
-            // read is an exec channel and a process of its own: 4 jobs at a time keep a long
-            // listing from crowding the pool and a small server.
-            .buffered(4)
+            .buffered(at_once)
             .collect::<Vec<_>>()
             .await;
         let mut out = Vec::with_capacity(infos.len());

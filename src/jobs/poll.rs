@@ -183,9 +183,11 @@ impl Job {
     ) -> Result<Option<JobOutput>> {
         let data_path = self.dir.join(stream.name());
         let drop_path = self.dir.join(format!("{}.drop", stream.name()));
-        let (Ok(data_path), Ok(drop_path), Some(dir)) =
-            (sftp_path(&data_path), sftp_path(&drop_path), self.dir.to_str())
-        else {
+        let (Ok(data_path), Ok(drop_path), Some(dir)) = (
+            sftp_path(&data_path),
+            sftp_path(&drop_path),
+            self.dir.to_str(),
+        ) else {
             return Ok(None);
         };
         let executor = &self.executor;
@@ -249,8 +251,13 @@ impl Job {
                 // The first read request was answered before the `stat`, and a spool file
                 // only grows: if the path is shorter than what the handle read, the handle's
                 // file is no longer the one at the path.
-                let first = (bytes.len() as u64).min(u64::from(channel.read_len())).min(max);
-                if by_path.size.is_some_and(|size| size < offset.saturating_add(first)) {
+                let first = (bytes.len() as u64)
+                    .min(u64::from(channel.read_len()))
+                    .min(max);
+                if by_path
+                    .size
+                    .is_some_and(|size| size < offset.saturating_add(first))
+                {
                     channel.forget_kept(dir);
                     return Ok(Ok(None));
                 }

@@ -185,7 +185,8 @@ fn literal_names(hosts: &Hosts) -> Option<Vec<String>> {
     let list = list.strip_suffix(',').unwrap_or(list);
     list.split(',')
         .map(|piece| {
-            let plain = piece.len() < 1023 && !piece.starts_with('!') && !piece.contains(['*', '?']);
+            let plain =
+                piece.len() < 1023 && !piece.starts_with('!') && !piece.contains(['*', '?']);
             plain.then(|| piece.to_ascii_lowercase())
         })
         .collect()
@@ -1727,7 +1728,11 @@ mod tests {
         // An appended key (what accept-new does) is seen at once.
         append(&file, "b.example", 22, &key).unwrap();
         let changed = KnownHosts::load_all_cached(&paths).unwrap();
-        assert_eq!(full_parses(), parses + 1, "an appended line is parsed alone");
+        assert_eq!(
+            full_parses(),
+            parses + 1,
+            "an appended line is parsed alone"
+        );
         assert_eq!(changed.check("b.example", 22, &key), Verdict::Trusted);
         // So is a file that appears.
         std::fs::write(&missing, line("c.example", &key)).unwrap();
@@ -1841,7 +1846,10 @@ mod tests {
         std::fs::write(&file, line("a.example", &key)).unwrap();
         let paths = vec![file.clone()];
         let stamps = |paths: &[PathBuf]| -> Vec<(PathBuf, Stamp)> {
-            paths.iter().map(|p| (p.clone(), stamp(p).unwrap())).collect()
+            paths
+                .iter()
+                .map(|p| (p.clone(), stamp(p).unwrap()))
+                .collect()
         };
         let mut cached = Cached::load(stamps(&paths), &paths).unwrap();
         append(&file, "b.example", 22, &key).unwrap();
@@ -1849,12 +1857,18 @@ mod tests {
         append(&file, "c.example", 22, &key).unwrap();
         assert!(cached.grow(&stamped));
         for host in ["a.example", "b.example", "c.example"] {
-            assert_eq!(cached.hosts.check(host, 22, &key), Verdict::Trusted, "{host}");
+            assert_eq!(
+                cached.hosts.check(host, 22, &key),
+                Verdict::Trusted,
+                "{host}"
+            );
         }
         assert!(cached.grow(&stamps(&paths)), "nothing new: still current");
         assert_eq!(lines_of(&cached.hosts), full(&paths));
         // A rewrite of the same length is not taken for growth.
-        let text = std::fs::read_to_string(&file).unwrap().replace("a.example", "z.example");
+        let text = std::fs::read_to_string(&file)
+            .unwrap()
+            .replace("a.example", "z.example");
         std::fs::write(&file, text).unwrap();
         append(&file, "d.example", 22, &key).unwrap();
         assert!(!cached.grow(&stamps(&paths)));
