@@ -408,6 +408,26 @@ impl Wrapped {
             .collect::<Vec<_>>()
             .join(" / ")
     }
+
+    /// Prints what `client` printed when fewer than all of `run`'s hosts came back: its first
+    /// `sample` stdout lines and the tail of its stderr.
+    fn report_shortfall(&self, client: &str, run: &Run, sample: usize) {
+        if run.ok == run.hosts {
+            return;
+        }
+        let lines: Vec<&str> = self
+            .lines
+            .iter()
+            .map(|(_, l)| l.as_str())
+            .take(sample)
+            .collect();
+        println!(
+            "    {client}: {} of {} correct; stdout {lines:?}; stderr: {}",
+            run.ok,
+            run.hosts,
+            self.stderr_tail()
+        );
+    }
 }
 
 /// The installed peers.
@@ -630,15 +650,7 @@ fn run_clush(clush: &Path, helper: &Path, t: &Target<'_>, scratch: &Path) -> Run
         let w = run_wrapped(helper, &clush.display().to_string(), &args, &[], scratch)?;
         run.record_process(&w);
         run.ok = hosts_with_output(&w.lines, ": ");
-        if run.ok != run.hosts {
-            let sample: Vec<&str> = w.lines.iter().map(|(_, l)| l.as_str()).take(3).collect();
-            println!(
-                "    clush: {} of {} correct; stdout {sample:?}; stderr: {}",
-                run.ok,
-                run.hosts,
-                w.stderr_tail()
-            );
-        }
+        w.report_shortfall("clush", &run, 3);
         Ok(())
     })();
     if let Err(e) = result {
@@ -708,15 +720,7 @@ fn run_bssh(bssh: &Path, helper: &Path, t: &Target<'_>, scratch: &Path) -> Run {
             }
         }
         run.ok = seen.len();
-        if run.ok != run.hosts {
-            let sample: Vec<&str> = w.lines.iter().map(|(_, l)| l.as_str()).take(6).collect();
-            println!(
-                "    bssh: {} of {} correct; stdout {sample:?}; stderr: {}",
-                run.ok,
-                run.hosts,
-                w.stderr_tail()
-            );
-        }
+        w.report_shortfall("bssh", &run, 6);
         Ok(())
     })();
     if let Err(e) = result {
@@ -1325,17 +1329,7 @@ fn measure_rtt(
             key: key.to_owned(),
             host_key: host_key.to_owned(),
         };
-        let handle = raw::connect(&target, true).await?;
-        let mut samples = Vec::new();
-        for _ in 0..20 {
-            let t = Instant::now();
-            handle.send_ping().await?;
-            samples.push(t.elapsed());
-        }
-        let _ = handle
-            .disconnect(russh::Disconnect::ByApplication, "", "en")
-            .await;
-        anyhow::Ok(Samples::new(samples).median())
+        raw::median_ping_rtt(&target).await
     })
 }
 

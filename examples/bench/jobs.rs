@@ -177,19 +177,7 @@ fn forks_during(
 fn rtt(ctx: &Ctx, port: u16) -> anyhow::Result<Duration> {
     let mut target = ctx.conn.raw_target();
     target.port = port;
-    ctx.rt.block_on(async {
-        let handle = raw::connect(&target, true).await?;
-        let mut samples = Vec::new();
-        for _ in 0..20 {
-            let t = Instant::now();
-            handle.send_ping().await?;
-            samples.push(t.elapsed());
-        }
-        let _ = handle
-            .disconnect(russh::Disconnect::ByApplication, "", "en")
-            .await;
-        anyhow::Ok(Samples::new(samples).median())
-    })
+    ctx.rt.block_on(raw::median_ping_rtt(&target))
 }
 
 pub fn jobs(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {

@@ -92,6 +92,22 @@ pub async fn connect(target: &Target, nodelay: bool) -> anyhow::Result<RawHandle
     Ok(handle)
 }
 
+/// The median of 20 keepalive pings on a new raw connection to `target`: the link's round
+/// trip as SSH sees it (the proxy's delay included).
+pub async fn median_ping_rtt(target: &Target) -> anyhow::Result<Duration> {
+    let handle = connect(target, true).await?;
+    let mut samples = Vec::new();
+    for _ in 0..20 {
+        let t = std::time::Instant::now();
+        handle.send_ping().await?;
+        samples.push(t.elapsed());
+    }
+    let _ = handle
+        .disconnect(russh::Disconnect::ByApplication, "", "en")
+        .await;
+    Ok(crate::stats::Samples::new(samples).median())
+}
+
 /// open + exec + EOF + drain to CLOSE. Returns the exit status and the stdout byte count;
 /// `on_data` sees each stdout packet's length.
 pub async fn exec(

@@ -49,8 +49,21 @@ async fn kept_read(
     max: u64,
 ) -> Result<Vec<u8>, SftpError> {
     let handle = channel.kept_handle(path).await?;
-    let result = channel.read_at(&handle.handle, offset, max).await;
-    if matches!(result, Err(SftpError::Status(_))) {
+    read_on_kept(channel, &handle.handle, path, offset, max).await
+}
+
+/// A read on `handle`, kept for `path`: forgotten when the server refused the read.
+async fn read_on_kept(
+    channel: &SftpChannel,
+    handle: &str,
+    path: &str,
+    offset: u64,
+    max: u64,
+) -> Result<Vec<u8>, SftpError> {
+    let result = channel.read_at(handle, offset, max).await;
+    if let Err(error) = &result
+        && is_status(error)
+    {
         channel.forget_kept(path);
     }
     result
@@ -212,13 +225,15 @@ impl Job {
                 // In this order on the wire: the record, the bytes, the file by path.
                 let drop_read = async {
                     match &drop_handle {
-                        Some(handle) => Some(channel.read_at(&handle.handle, 0, RECORD_MAX).await),
+                        Some(handle) => Some(
+                            read_on_kept(&channel, &handle.handle, drop_path, 0, RECORD_MAX).await,
+                        ),
                         None => None,
                     }
                 };
                 let (drop_text, bytes, by_path) = tokio::join!(
                     drop_read,
-                    channel.read_at(&data_handle.handle, offset, max),
+                    read_on_kept(&channel, &data_handle.handle, data_path, offset, max),
                     channel.stat(data_path)
                 );
                 let by_path = match by_path {
@@ -229,23 +244,10 @@ impl Job {
                     }
                     Err(e) => return Err(fail(data_path, e)),
                 };
-                let bytes = match bytes {
-                    Ok(bytes) => bytes,
-                    Err(e) => {
-                        if is_status(&e) {
-                            channel.forget_kept(data_path);
-                        }
-                        return Err(fail(data_path, e));
-                    }
-                };
+                let bytes = bytes.map_err(|e| fail(data_path, e))?;
                 let record = match drop_text {
                     Some(Ok(text)) => DropRecord::parse(&text),
-                    Some(Err(e)) => {
-                        if is_status(&e) {
-                            channel.forget_kept(drop_path);
-                        }
-                        return Err(fail(drop_path, e));
-                    }
+                    Some(Err(e)) => return Err(fail(drop_path, e)),
                     None => None,
                 };
                 // The first read request was answered before the `stat`, and a spool file

@@ -305,32 +305,21 @@ impl KnownHosts {
         let mut cache = CACHE
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let same_paths = |cached: &Cached| cached.key.iter().map(|(p, _)| p).eq(paths.iter());
-        let index = match cache.iter().position(same_paths) {
-            Some(index) => {
-                let current = cache
-                    .get_mut(index)
-                    .is_some_and(|cached| cached.key == key || cached.grow(&key));
-                if !current {
-                    let fresh = Cached::load(key, paths)?;
-                    if let Some(slot) = cache.get_mut(index) {
-                        *slot = fresh;
-                    }
-                }
-                index
+        let same_paths = |cached: &&mut Cached| cached.key.iter().map(|(p, _)| p).eq(paths.iter());
+        if let Some(cached) = cache.iter_mut().find(same_paths) {
+            // A list that did not grow by whole lines may be half extended: parse it again.
+            if cached.key != key && !cached.grow(&key) {
+                *cached = Cached::load(key, paths)?;
             }
-            None => {
-                if cache.len() >= KEPT {
-                    cache.remove(0);
-                }
-                cache.push(Cached::load(key, paths)?);
-                cache.len() - 1
-            }
-        };
-        match cache.get(index) {
-            Some(cached) => Ok(f(&cached.hosts)),
-            None => Ok(f(&KnownHosts::default())),
+            return Ok(f(&cached.hosts));
         }
+        let fresh = Cached::load(key, paths)?;
+        let answer = f(&fresh.hosts);
+        if cache.len() >= KEPT {
+            cache.remove(0);
+        }
+        cache.push(fresh);
+        Ok(answer)
     }
 
     /// The cached parse of `paths`, as [`check_cached`](Self::check_cached) sees it.

@@ -24,23 +24,41 @@ pub fn unprivileged_testbed() -> Testbed {
 
 /// A builder for `testbed` with key auth and strict host-key checking.
 pub fn builder(testbed: &Testbed) -> SshExecutorBuilder {
-    SshExecutor::builder()
-        .host(testbed.host())
-        .port(testbed.port())
-        .user(testbed.user())
-        .private_key_file(testbed.private_key_path())
-        .known_hosts_file(testbed.known_hosts_path())
+    key_auth_builder(
+        &testbed.host(),
+        testbed.port(),
+        testbed.user(),
+        testbed.private_key_path(),
+        testbed.known_hosts_path(),
+    )
 }
 
 /// An executor builder for a Docker testbed: its key, strict host-key checking against its
 /// known_hosts.
 pub fn docker_builder(testbed: &DockerTestbed) -> SshExecutorBuilder {
+    key_auth_builder(
+        &testbed.host(),
+        testbed.port(),
+        testbed.user(),
+        testbed.private_key_path(),
+        testbed.known_hosts_path(),
+    )
+}
+
+/// What both testbeds' builders share (the two testbed types have no common trait).
+fn key_auth_builder(
+    host: &str,
+    port: u16,
+    user: &str,
+    key: &std::path::Path,
+    known_hosts: &std::path::Path,
+) -> SshExecutorBuilder {
     SshExecutor::builder()
-        .host(testbed.host())
-        .port(testbed.port())
-        .user(testbed.user())
-        .private_key_file(testbed.private_key_path())
-        .known_hosts_file(testbed.known_hosts_path())
+        .host(host)
+        .port(port)
+        .user(user)
+        .private_key_file(key)
+        .known_hosts_file(known_hosts)
 }
 
 pub async fn executor(testbed: &Testbed) -> SshExecutor {
