@@ -375,7 +375,7 @@ pub enum Error {
         id: String,
     },
 
-    /// The host could not start the job: no `setsid` or `mkfifo`, no writable state
+    /// The host could not start the job: no `setsid`, no writable state
     /// directory, a full disk (`reason` then names it), or the runner did not start.
     #[error("job {id} on {host} could not be started: {reason}")]
     JobStart {

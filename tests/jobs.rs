@@ -87,9 +87,34 @@ async fn life_of_a_job(ex: &SshExecutor) {
     let info = job.info().await.unwrap();
     assert_eq!(info.command, command);
     assert_eq!(info.labels.get("kind").map(String::as_str), Some("basic"));
-    assert!(info.started_at.is_some() && info.ended_at >= info.started_at);
+    // The host's clock (the testbeds share this machine's): the start within seconds of
+    // now, the end at least the `sleep 1` later (whole seconds).
+    let (started, ended) = (info.started_at.unwrap(), info.ended_at.unwrap());
+    let now = std::time::SystemTime::now();
+    let off = |t: std::time::SystemTime| {
+        now.duration_since(t)
+            .unwrap_or_else(|e| e.duration())
+            .as_secs()
+    };
+    assert!(
+        off(started) < 60,
+        "started_at {started:?} is not near {now:?}"
+    );
+    let took = ended.duration_since(started).unwrap();
+    assert!(took <= Duration::from_secs(20), "ran {took:?}");
+    assert!(took >= Duration::from_secs(1) || off(ended) < 60);
     assert_eq!(info.ended_by, None);
     assert!(ex.jobs().await.unwrap().iter().any(|j| j.id == job.id()));
+
+    // A job gets the login's umask, as a command does (the job directory is private).
+    let umask = ex.run("umask").await.unwrap();
+    let job_umask = ex.spawn_job("umask", JobOptions::new()).await.unwrap();
+    job_umask.wait(Duration::from_secs(20)).await.unwrap();
+    assert_eq!(
+        read_all(&job_umask, JobStream::Stdout, 1 << 20).await,
+        umask.stdout()
+    );
+    job_umask.remove().await.unwrap();
 
     job.remove().await.unwrap();
     assert!(matches!(
@@ -501,6 +526,31 @@ async fn the_spool_cap_drops_the_rest_with_a_clear_error() {
         })
         .sum();
     assert_eq!(spooled, 1000);
+
+    // At the cap's edge: exactly the cap drops nothing, one byte more drops that byte (the
+    // spooler counts the rest only when it wrote the whole cap).
+    for (written, dropped) in [(999u64, None), (1000, None), (1001, Some(1))] {
+        let job = ex
+            .spawn_job(
+                &format!("head -c {written} /dev/zero | tr '\\0' b"),
+                JobOptions::new().spool_cap(1000),
+            )
+            .await
+            .unwrap();
+        job.wait(Duration::from_secs(10)).await.unwrap();
+        let spooled = read_all(&job, JobStream::Stdout, 1 << 20).await;
+        assert_eq!(spooled, vec![b'b'; written.min(1000) as usize]);
+        let end = job
+            .read(JobStream::Stdout, written.min(1000), 100)
+            .await
+            .unwrap();
+        assert!(end.eof);
+        assert_eq!(
+            end.dropped.map(|d| d.bytes),
+            dropped,
+            "{written} bytes written"
+        );
+    }
 }
 
 #[tokio::test]

@@ -20,6 +20,6 @@ pub(crate) use supervisor::Supervision;
 #[doc(hidden)]
 pub use wrapper::exec_request_for_benchmarks;
 pub(crate) use wrapper::{
-    PrestartPayload, direct_capable, direct_wrapper, prestart_payload, prestart_request,
-    quote_line, script_request, wrapper,
+    PrestartPayload, direct_capable, direct_text, direct_wrapper, prestart_payload,
+    prestart_request, quote_line, script_request, wrapper,
 };

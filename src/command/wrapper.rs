@@ -197,7 +197,7 @@ const SHELL_SPECIAL_NAMES: &[&str] = &[
 
 /// The `sh -c` text of the direct form: the `cd` and the environment changes on the first
 /// line, then the command; `None` when the direct form could differ (see [`direct_wrapper`]).
-fn direct_text(program: &Program, dir: Option<&Path>, env: &EnvPlan) -> Option<Vec<u8>> {
+pub(crate) fn direct_text(program: &Program, dir: Option<&Path>, env: &EnvPlan) -> Option<Vec<u8>> {
     let Program::Shell(command) = program else {
         return None;
     };

@@ -5,7 +5,7 @@
 //! ([`script`] lists them). Any client, on any connection, later finds it by id
 //! ([`SshExecutor::job`]), reads its output by a cursor it owns ([`Job::read`],
 //! [`Job::follow`]), asks its state ([`Job::status`]), waits for it, kills its whole group and
-//! removes it. Nothing is installed on the host: a POSIX `sh`, `setsid`, `mkfifo`, `head`,
+//! removes it. Nothing is installed on the host: a POSIX `sh`, `setsid`, `head`,
 //! `wc` and `/proc`.
 //!
 //! Starting is one exec of the crate's own start script. Status and output are read over the
@@ -33,7 +33,7 @@ use futures::{
 
 use spec::{DEFAULT_KILL_GRACE, Spec, random_id, validate_id};
 pub use spec::{DEFAULT_SPOOL_CAP, JobOptions};
-use state::{DropRecord, ExitRecord, PidRecord, proc_start_time, trimmed};
+use state::{DropRecord, ExitRecord, HostTime, PidRecord, boot_time, proc_start_time, trimmed};
 
 use crate::{
     command::{ExitStatus, OutputChunk},
@@ -51,6 +51,11 @@ const RECORD_MAX: u64 = 4096;
 
 /// The host's boot id, which the runner records next to the pid.
 const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
+
+/// Where the host keeps its boot time (`btime`), which turns the records' times since boot
+/// into times; its `intr` line grows with the interrupts, hence the large limit.
+const PROC_STAT: &str = "/proc/stat";
+const PROC_STAT_MAX: u64 = 1 << 20;
 
 /// One of a job's two output streams.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -490,6 +495,45 @@ impl Job {
             .and_then(ExitRecord::parse))
     }
 
+    /// `time` of a record of the boot `boot_id`, as a time: times since boot need the boot
+    /// time, read from `/proc/stat` once per boot and executor. `None` when the record is
+    /// of another boot than the host's now, or the host keeps no boot time.
+    async fn host_time(&self, time: HostTime, boot_id: &str) -> Result<Option<SystemTime>> {
+        if !matches!(time, HostTime::SinceBoot(_)) {
+            return Ok(time.at(None));
+        }
+        let cached = |boot: &Option<(String, SystemTime)>| {
+            boot.as_ref()
+                .filter(|(id, _)| id == boot_id)
+                .map(|(_, at)| *at)
+        };
+        let boot = &self.executor.inner.host_boot;
+        if let Some(at) = cached(&boot.lock().unwrap_or_else(|p| p.into_inner())) {
+            return Ok(time.at(Some(at)));
+        }
+        let (id, stat) = tokio::join!(
+            self.read_kept_record(BOOT_ID),
+            self.executor
+                .read_range(Path::new(PROC_STAT), 0, PROC_STAT_MAX)
+        );
+        let (Some(id), Some(at)) = (id?, stat?.as_deref().and_then(boot_time)) else {
+            return Ok(None);
+        };
+        let id = trimmed(&id);
+        let matches = id == boot_id;
+        *boot.lock().unwrap_or_else(|p| p.into_inner()) = Some((id, at));
+        Ok(time.at(matches.then_some(at)))
+    }
+
+    /// When the job of `pid` started, by the host's clock; the epoch when the host keeps no
+    /// clock the runner could read (no `/proc/uptime` or `/proc/stat`).
+    pub(super) async fn started_at(&self, pid: &PidRecord) -> Result<SystemTime> {
+        Ok(self
+            .host_time(pid.started_at, &pid.boot_id)
+            .await?
+            .unwrap_or(SystemTime::UNIX_EPOCH))
+    }
+
     /// Whether process `pid` runs with start time `start_time`. A process that ends while
     /// its `stat` is read (the read fails) is gone.
     async fn alive(&self, pid: u32, start_time: &str) -> Result<bool> {
@@ -549,7 +593,7 @@ impl Job {
         {
             let status = JobStatus::Running {
                 pid: pid.pid,
-                started_at: pid.started_at,
+                started_at: self.started_at(&pid).await?,
             };
             return Ok((status, Some(pid)));
         }
@@ -571,9 +615,15 @@ impl Job {
     pub async fn info(&self) -> Result<JobInfo> {
         let spec = self.spec().await?;
         let (status, pid) = self.status_with_pid().await?;
-        let ended_at = match status {
-            JobStatus::Exited(_) => self.exit_record().await?.map(|exit| exit.ended_at),
+        // An exit record belongs to the boot of its start.
+        let boot_id = pid.as_ref().map_or("-", |pid| pid.boot_id.as_str());
+        let ended_at = match (&status, self.exit_record().await?) {
+            (JobStatus::Exited(_), Some(exit)) => self.host_time(exit.ended_at, boot_id).await?,
             _ => None,
+        };
+        let started_at = match &pid {
+            Some(pid) => self.host_time(pid.started_at, &pid.boot_id).await?,
+            None => None,
         };
         let ended_by = match self
             .record("reason")
@@ -594,7 +644,7 @@ impl Job {
             labels: spec.labels,
             deadline: spec.deadline,
             spool_cap: spec.spool_cap,
-            started_at: pid.map(|pid| pid.started_at),
+            started_at,
             ended_at,
             ended_by,
             stdout_dropped: self.dropped(JobStream::Stdout).await?.flatten(),

@@ -172,15 +172,20 @@ impl Job {
                         Err(e) if is_status(&e) => true,
                         Err(e) => return fail(BOOT_ID, e),
                     };
+                    // Running: its start time is filled in below.
                     Ok((runner_alive && same_boot).then_some(JobStatus::Running {
                         pid: known.pid,
-                        started_at: known.started_at,
+                        started_at: std::time::SystemTime::UNIX_EPOCH,
                     }))
                 }
             })
             .await;
         match result {
             Err(Error::SftpUnavailable { .. }) => Ok(None),
+            Ok(Some(JobStatus::Running { pid, .. })) => Ok(Some(JobStatus::Running {
+                pid,
+                started_at: self.started_at(known).await?,
+            })),
             other => other,
         }
     }

@@ -6,50 +6,55 @@
 //!
 //! # The job directory
 //!
-//! `${XDG_STATE_HOME:-$HOME/.local/state}/swiftide-ssh/jobs/<id>/`, mode 700 (umask 077):
+//! `${XDG_STATE_HOME:-$HOME/.local/state}/swiftide-ssh/jobs/<id>/`, mode 700 (its files get
+//! the login's umask, as the command does; the directory keeps them private):
 //!
 //! | file | written by | content |
 //! |---|---|---|
 //! | `spec` | start, the last of its files | what the job was started with ([`Spec`](super::spec::Spec)) |
-//! | `launch` | start | `cd`, environment and `exec sh -c '<command>'`, as for a command |
-//! | `run`, `params` | start | the runner and its numbers (`cap`, `dl`, `grace`) |
-//! | `o.fifo`, `e.fifo`, `ready` | start (`mkfifo`), removed by the runner at the end | the command's stdout and stderr on their way to the spoolers; the runner's answer to the start script |
+//! | `params` | start | the runner's numbers (`cap`, `dl`, `grace`) and `la`, the command's `sh -c` text (`cd`, environment, command) when it takes the direct form ([`direct_text`]) |
+//! | `launch` | start | otherwise: `cd`, environment and `exec sh -c '<command>'` (or a `#!` script), as for a command; empty with `la` |
+//! | `run` | start | the runner |
 //! | `started` | start | created with `O_EXCL` (`set -C`): claims the one start of the runner (a directory, made by `mkdir`, in jobs started by earlier builds; both count) |
 //! | `pid` | start (padded), runner (in place) | `<pid> <starttime> <runner pid> <runner starttime> <boot id> <started at>`; blank until recorded (earlier builds wrote it by temp + `mv`: missing until recorded) |
 //! | `stdout`, `stderr` | the spoolers | the output, exactly, up to the cap |
 //! | `stdout.drop`, `stderr.drop` | the spoolers, at the stream's end | `<head status> <bytes dropped> <cap>` |
 //! | `stdout.err`, `stderr.err` | the spoolers | a write error (`No space left on device`) |
 //! | `reason` | kill, deadline | `killed` or `deadline`, first one wins |
-//! | `exit` | runner (temp + `mv`), after both streams ended | `<status> <ended at>` |
+//! | `exit` | runner (`exit.tmp` in place when the command ends, `mv` once both streams ended) | `<status> <ended at>` |
 //! | `failed` | the runner's stderr | why it could not start |
 //!
 //! Files written while the disk may be full (`pid`, `exit`, `reason`, the `.drop` and `.err`
 //! files) are created padded with spaces at the start and later overwritten in place (`1<>`),
 //! so writing them needs no new block. A reader treats a blank record as a missing one. Times
-//! are the host's clock (`date +%s`).
+//! are the host's: `@<seconds since boot>` from `/proc/uptime` (read by a builtin), which the
+//! client turns into a time with the boot time in `/proc/stat`; earlier builds wrote
+//! `date +%s`, which is still read. (Jobs started by earlier builds also have `o.fifo`,
+//! `e.fifo` and `ready` FIFOs; nothing reads them now.)
 //!
 //! # What a start costs the host
 //!
-//! The start is on the caller's critical path, so the scripts fork as little as they can:
-//! records are read with the `read` builtin (`/proc/PID/stat`, the boot id, `reason`), never
-//! with `cat` in a subshell; files are written with `printf`; the claim is a redirection.
-//! A start that creates the job directory runs `mkdir`, one `mkfifo`, then the runner
-//! (`setsid`, `sh`), which runs `date` once before it answers; the spoolers (`head`, then
-//! `wc`) and the command's `setsid`/`sh` start beside it. The start script waits for the
-//! runner's answer on the `ready` FIFO (the runner's stdout, opened before its `exec`): the
-//! runner writes `ok` once `pid` is recorded and then lets its stdout go, and every process it
-//! starts has a stdout of its own, so the read returns at once, and returns as well (at EOF)
-//! when the runner dies before answering. (A command substitution of the backgrounded runner
-//! does not do: dash leaks a saved copy of the pipe into the background job, fd 251, so the
-//! answer would wait for the job's end.) Only a start that finds the directory there (a retry, a concurrent
-//! start) reads the spec back to compare it, and only one that did not start the runner itself
-//! polls for the `pid` record.
+//! The start is on the caller's critical path, so the scripts fork as little as they can and
+//! exec even less (a fork of `sh` costs far less than an exec): records are read with the
+//! `read` builtin (`/proc/PID/stat`, the boot id, the uptime, `reason`), never with `cat`,
+//! `date` or a subshell; files are written with `printf`; the claim is a redirection; the
+//! pipes are a pipeline's, not FIFOs. A start that creates the job directory execs `mkdir`,
+//! then the runner (`setsid`, `sh`), which answers once the command is forked and recorded:
+//! the spoolers' two `head`s and the command's `setsid` and `sh -c` start beside it, and
+//! `wc` only runs for a stream that reached its cap (see [`RUNNER`]). At the end the runner
+//! execs one `mv`. The start script reads the runner's answer on a pipe (the runner's
+//! stdout): `ok` once `pid` is recorded, or EOF when it dies before answering. (A command
+//! substitution of the backgrounded runner does not do: dash leaks a saved copy of the pipe
+//! into the background job, fd 251, so the answer would wait for the job's end; in a
+//! pipeline the reader stops at the line.) Only a start that finds the directory there (a
+//! retry, a concurrent start) reads the spec back to compare it, and only one that did not
+//! start the runner itself polls for the `pid` record.
 
 use std::{path::Path, time::Duration};
 
 use super::spec::Spec;
 use crate::{
-    command::{Program, Supervision, quote_line, wrapper},
+    command::{Program, Supervision, direct_text, quote_line, wrapper},
     config::{Config, EnvPlan},
     error::Result,
 };
@@ -74,47 +79,62 @@ const BOOT_ID: &str = r#"boot() { bid=; read -r bid 2>/dev/null </proc/sys/kerne
 /// Sleeps a little: fractions where `sleep` takes them (GNU, BusyBox), else a second.
 const NAP: &str = "nap() { sleep \"$1\" 2>/dev/null || sleep 1; }\n";
 
-/// The runner, run as `setsid /bin/sh run <dir>` with its stdout on the `ready` FIFO the start
-/// script reads: it spools the command's output through the two FIFOs the start script made
-/// (`head -c cap` into the stream file, the rest counted by `wc -c`), starts the command in
-/// a session of its own, records its pid, start time and the boot id in the padded `pid`
-/// file, says `ok` on the FIFO and lets it go, arms the deadline, waits for the command and
-/// both streams, and writes `exit`. Its last act kills its own group (the watchdog and its
-/// `sleep`); the job's group is the command's. Every child gets a stdout of its own, so the
-/// FIFO closes when the runner lets it go (or dies): the start script never waits on a poll.
+/// `clock`: sets `u` to the host's clock as the records keep it, `@<seconds since boot>`
+/// (a builtin `read` of `/proc/uptime`, no `date` process), or `-`. The client turns it into a
+/// time with the boot time from `/proc/stat` ([`HostTime`](super::state::HostTime)).
+const CLOCK: &str = r#"clock() { u=; read -r u _ 2>/dev/null </proc/uptime; case $u in [0-9]*) u=@${u%.*} ;; *) u=- ;; esac; }
+"#;
+
+/// The runner, run as `setsid /bin/sh run <dir>` with its stdout on the pipe the start script
+/// reads its answer from. It spools the command's output through two pipes (`head -c cap`
+/// into the stream file; the rest, if any, counted by `wc -c`), starts the command in a
+/// session of its own, records its pid, start time and the boot id in the padded `pid`
+/// file, says `ok`, arms the deadline, waits for the command, and writes `exit` once both
+/// streams have ended. Its last act kills its own group (the watchdog and its `sleep`); the
+/// job's group is the command's.
+///
+/// Processes: the pipelines' shells are forks of this one (no exec); the execs are the two
+/// `head`s, the command's `setsid` and `sh -c`, and at the end one `mv`. `wc` runs only for a
+/// stream that reached its cap or failed: a spooler knows how much `head` wrote from the
+/// offset of the spool file it shares with it (`/proc/self/fdinfo/5`, a builtin `read`).
 const RUNNER: &str = r#"d=$1
 . "$d/params"
 spool() {
-  head -c "$cap" >"$d/$1" 2<>"$d/$1.err"; r=$?
-  n=$(wc -c); n=$((n + 0))
+  head -c "$cap" >&5 2<>"$d/$1.err"; r=$?
+  k=; p=; read -r k p 2>/dev/null <"/proc/self/fdinfo/5"
+  if [ "$r" = 0 ] && [ "$k" = pos: ] && [ "$p" -lt "$cap" ] 2>/dev/null; then n=0
+  else n=$(wc -c); n=$((n + 0)); fi
   printf '%s %s %s' "$r" "$n" "$cap" 1<>"$d/$1.drop"
 }
-spool stdout <"$d/o.fifo" >/dev/null &
-o=$!
-spool stderr <"$d/e.fifo" >/dev/null &
-e=$!
-setsid /bin/sh "$d/launch" >"$d/o.fifo" 2>"$d/e.fifo" </dev/null &
-c=$!
-now=$(date +%s)
-boot
-st "$c"; ct=$t
-st "$$"
-printf '%s %s %s %s %s %s\n' "$c" "$ct" "$$" "$t" "$bid" "$now" 1<>"$d/pid" && echo ok
-exec >/dev/null
-if [ -n "$dl" ]; then
-  (
-    sleep "$dl"
-    x=; read -r x 2>/dev/null <"$d/reason"
-    case $x in *[!\ ]*) ;; *) printf deadline 1<>"$d/reason" ;; esac
-    kill -TERM "-$c" 2>/dev/null
-    sleep "$grace"
-    kill -KILL "-$c" 2>/dev/null
-  ) </dev/null >/dev/null 2>&1 &
-fi
-wait "$c"; r=$?
-wait "$o"; wait "$e"
-printf '%s %s\n' "$r" "$(date +%s)" 1<>"$d/exit.tmp" && mv -f -- "$d/exit.tmp" "$d/exit"
-rm -f -- "$d/o.fifo" "$d/e.fifo" "$d/ready"
+job() {
+  if [ -n "$la" ]; then setsid sh -c "$la" 2>&4 3>&- 4>&- </dev/null &
+  else setsid /bin/sh "$d/launch" 2>&4 3>&- 4>&- </dev/null &
+  fi
+  c=$!
+  if [ -n "$dl" ]; then
+    (
+      sleep "$dl"
+      x=; read -r x 2>/dev/null <"$d/reason"
+      case $x in *[!\ ]*) ;; *) printf deadline 1<>"$d/reason" ;; esac
+      kill -TERM "-$c" 2>/dev/null
+      sleep "$grace"
+      kill -KILL "-$c" 2>/dev/null
+    ) </dev/null >/dev/null 2>&1 3>&- 4>&- &
+  fi
+  boot
+  st "$c"; ct=$t
+  st "$$"
+  clock
+  printf '%s %s %s %s %s %s\n' "$c" "$ct" "$$" "$t" "$bid" "$u" 1<>"$d/pid" && echo ok >&3
+  exec 3>&- 4>&- >/dev/null
+  wait "$c"; r=$?
+  clock
+  printf '%s %s\n' "$r" "$u" 1<>"$d/exit.tmp"
+}
+exec 3>&1
+{ job | spool stdout 5>"$d/stdout" 3>&- 4>&- >/dev/null; } 4>&1 | spool stderr 5>"$d/stderr" 3>&- >/dev/null
+exec 3>&- >/dev/null
+mv -f -- "$d/exit.tmp" "$d/exit"
 kill -KILL "-$$" 2>/dev/null
 "#;
 
@@ -132,40 +152,54 @@ fn assign(script: &mut Vec<u8>, name: &str, value: &[u8]) {
     script.push(b'\n');
 }
 
-/// The text of the job's `launch` file: what a command's payload does (`cd`, environment,
-/// `exec sh -c`, or a `#!` script), run by the job's own `/bin/sh`.
+/// How the job's command is started: its `sh -c` text when the command takes the direct form
+/// (as [`direct_text`] gives it: `cd`, environment, the command), else the text of the
+/// `launch` file, the payload a command gets (`cd`, environment, `exec sh -c`, or a `#!`
+/// script), run by the job's own `/bin/sh`.
+pub(crate) struct Launch {
+    /// The `sh -c` text, kept as `la` in `params`; `None` for the `launch` file.
+    direct: Option<Vec<u8>>,
+    /// The `launch` file's text (empty with a direct text).
+    file: Vec<u8>,
+}
+
+/// The [`Launch`] of `spec`.
 pub(crate) fn launch(
     spec: &Spec,
     dir: Option<&Path>,
     env: &EnvPlan,
     config: &Config,
-) -> Result<Vec<u8>> {
+) -> Result<Launch> {
     let program = Program::parse(&spec.command);
+    if let Some(text) = direct_text(&program, dir, env) {
+        return Ok(Launch {
+            direct: Some(text),
+            file: Vec::new(),
+        });
+    }
     // The marker and supervision belong to the exec request, which a job does not use; only
     // the payload (stdin) is kept.
     let wrapped = wrapper(&program, dir, env, "", Supervision::of(config))?;
-    let mut text = b"nl='\n'\n".to_vec();
-    text.extend_from_slice(&wrapped.stdin);
-    Ok(text)
+    let mut file = b"nl='\n'\n".to_vec();
+    file.extend_from_slice(&wrapped.stdin);
+    Ok(Launch { direct: None, file })
 }
 
 /// The start script for `spec` (see the module docs). Prints the base directory, then `ok`
 /// once the runner has recorded its pid, or `differs` when the id exists with another spec.
 ///
-/// The path of a start that creates the directory forks three processes besides the runner:
-/// `mkdir` of the job directory, one `mkfifo` and the subshell that starts the runner; the
-/// files are written with `printf`, the claim of the one runner start is a `set -C`
-/// (`O_EXCL`) redirection, and the answer comes on the `ready` FIFO from the runner (no poll,
-/// no `sleep`). A start that finds the directory there (a second start with the same id, a
+/// A start that creates the directory runs one process, `mkdir`, besides the runner (whose
+/// `setsid` and `/bin/sh` are the only other execs before it answers): the files are written
+/// with `printf`, the claim of the one runner start is a `set -C` (`O_EXCL`) redirection,
+/// and the answer comes on a pipe from the runner (no poll, no `sleep`; a pipeline's shells
+/// are forks). A start that finds the directory there (a second start with the same id, a
 /// retry after a broken connection) waits for the claim, compares the spec and, if the
 /// runner was started by another, polls for its `pid` record.
-pub(crate) fn start(spec: &Spec, launch: &[u8]) -> Vec<u8> {
-    let mut script = b"umask 077\n".to_vec();
-    script.extend_from_slice(BASE.as_bytes());
+pub(crate) fn start(spec: &Spec, launch: &Launch) -> Vec<u8> {
+    let mut script = BASE.as_bytes().to_vec();
     script.extend_from_slice(NAP.as_bytes());
     script.extend_from_slice(
         b"command -v setsid >/dev/null || { echo \"setsid is not installed\" >&2; exit 3; }\n\
-          command -v mkfifo >/dev/null || { echo \"mkfifo is not installed\" >&2; exit 3; }\n\
           [ -d \"$b\" ] || { mkdir -p -- \"$b\" && chmod 700 -- \"${b%/jobs}\" \"$b\"; } || exit 3\n\
           echo \"$b\"\n",
     );
@@ -173,19 +207,25 @@ pub(crate) fn start(spec: &Spec, launch: &[u8]) -> Vec<u8> {
     // literal and only `$b` expands.
     script.extend_from_slice(format!("d=\"$b/{}\"\n", spec.id).as_bytes());
     assign(&mut script, "sp", spec.encode().as_bytes());
-    assign(&mut script, "la", launch);
+    assign(&mut script, "lf", &launch.file);
     assign(
         &mut script,
         "ru",
-        format!("{START_TIME}{BOOT_ID}{RUNNER}").as_bytes(),
+        format!("{START_TIME}{BOOT_ID}{CLOCK}{RUNNER}").as_bytes(),
     );
-    let params = format!(
-        "cap={}\ndl={}\ngrace={}\n",
+    let mut params = format!(
+        "nl='\n'\ncap={}\ndl={}\ngrace={}\n",
         spec.spool_cap,
         spec.deadline.map(seconds).unwrap_or_default(),
         seconds(spec.kill_grace),
+    )
+    .into_bytes();
+    assign(
+        &mut params,
+        "la",
+        launch.direct.as_deref().unwrap_or_default(),
     );
-    assign(&mut script, "pa", params.as_bytes());
+    assign(&mut script, "pa", &params);
     script.extend_from_slice(
         br#"# A write that fails on a full disk says only "I/O error": name the cause when it is that.
 unwritable() {
@@ -195,22 +235,22 @@ unwritable() {
   exit 4
 }
 # The job's files, the spec last. `true`, not `:`, under redirections: a special builtin's
-# failed redirection would end the shell before `unwritable` names the cause.
+# failed redirection would end the shell before `unwritable` names the cause. The directory
+# is private (700); its files get the login's umask, as the command does.
 files() {
-  { printf %s "$la" >"$d/launch" && printf %s "$ru" >"$d/run" && printf %s "$pa" >"$d/params" &&
+  { printf %s "$lf" >"$d/launch" && printf %s "$ru" >"$d/run" && printf %s "$pa" >"$d/params" &&
     for f in pid exit.tmp reason stdout.drop stderr.drop stdout.err stderr.err; do
       printf '%256s' '' >"$d/$f" || unwritable
     done &&
-    true >"$d/stdout" && true >"$d/stderr" && mkfifo -- "$d/o.fifo" "$d/e.fifo" "$d/ready" &&
-    printf %s "$sp" >"$d/spec"; } 2>/dev/null || unwritable
+    true >"$d/stdout" && true >"$d/stderr" && printf %s "$sp" >"$d/spec"; } 2>/dev/null || unwritable
 }
-# Whether the runner's `pid` record is there (this version pads it; the previous one wrote
-# it by `mv`).
+# Whether the runner's `pid` record is there (padded since the first version that padded
+# it; written by `mv` before: missing until recorded).
 recorded() { x=; read -r x 2>/dev/null <"$d/pid"; [ -n "$x" ]; }
 # Whether the runner start was claimed (a file now, a directory before).
 claimed() { [ -e "$d/started" ]; }
 exec 3>&2
-if mkdir -- "$d" 2>/dev/null; then
+if mkdir -m 700 -- "$d" 2>/dev/null; then
   files
   new=1
 else
@@ -218,11 +258,8 @@ else
   [ -d "$d" ] || { echo "cannot create $d" >&2; exit 3; }
   n=0
   while ! claimed && [ "$n" -lt 300 ]; do nap 0.01; n=$((n + 1)); done
-  if ! claimed; then
-    # The start that made the directory broke before its claim: write the files again.
-    rm -f -- "$d/o.fifo" "$d/e.fifo" "$d/ready"
-    files
-  fi
+  # The start that made the directory broke before its claim: write the files again.
+  claimed || files
   s=$(cat -- "$d/spec"; echo x)
   [ "$s" = "${sp}x" ] || { echo differs; exit 0; }
 fi
@@ -231,14 +268,17 @@ if true 2>/dev/null >"$d/started"; then
   set +C
   if [ -z "$new" ]; then
     # The files may be a previous version's (whose start broke before its claim): this
-    # runner, its FIFOs and its padded `pid`.
-    { printf %s "$ru" >"$d/run" && { [ -p "$d/ready" ] || { rm -f -- "$d/o.fifo" "$d/e.fifo"; mkfifo -- "$d/o.fifo" "$d/e.fifo" "$d/ready"; }; } &&
+    # runner and its parameters, and a padded `pid`.
+    { printf %s "$ru" >"$d/run" && printf %s "$pa" >"$d/params" &&
       { [ -f "$d/pid" ] || printf '%256s' '' >"$d/pid"; }; } 2>/dev/null || unwritable
   fi
-  (cd / && exec setsid /bin/sh "$d/run" "$d" </dev/null >"$d/ready" 2>"$d/failed" 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&-) &
-  r=; read -r r <"$d/ready"
-  [ "$r" = ok ] && { echo ok; exit 0; }
-  # The FIFO closed without an answer: the runner is gone.
+  # The runner's answer comes on the pipe: `ok` once `pid` is recorded, or EOF when it ends
+  # before that. The pipeline's first shell only starts it in the background.
+  if { (cd / && exec setsid /bin/sh "$d/run" "$d" </dev/null 2>"$d/failed" 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&-) & } |
+    { r=; IFS= read -r r; [ "$r" = ok ]; }; then
+    echo ok; exit 0
+  fi
+  # The pipe closed without an answer: the runner is gone.
   recorded && { echo ok; exit 0; }
   if [ -s "$d/failed" ]; then cat -- "$d/failed" >&2; else echo "the job's runner ended before it recorded the start" >&2; fi
   exit 5
@@ -302,25 +342,32 @@ pub(crate) fn remove(dir: &Path) -> Vec<u8> {
 }
 
 /// Removes the jobs in `base` that ended at least `older_than` ago by the host's clock, and
-/// prints their ids.
+/// prints their ids. An end kept as a time since boot is aged by `/proc/uptime`; one from an
+/// earlier boot (its `pid` record names another boot id) ended at least the uptime ago.
 pub(crate) fn prune(base: &Path, older_than: Duration) -> Vec<u8> {
     let mut script = Vec::new();
     assign(&mut script, "b", base.as_os_str().as_encoded_bytes());
+    script.extend_from_slice(format!("a={}\n{BOOT_ID}", older_than.as_secs()).as_bytes());
     script.extend_from_slice(
-        format!(
-            r#"a={}
-now=$(date +%s)
+        br#"now=$(date +%s)
+up=; read -r up _ 2>/dev/null </proc/uptime; up=${up%.*}; up=${up:-0}
+boot
 for d in "$b"/*; do
   [ -f "$d/exit" ] || continue
-  read -r r t <"$d/exit" || continue
-  [ $((now - t)) -ge "$a" ] || continue
-  rm -rf -- "$d" && echo "${{d##*/}}"
+  r=; t=; read -r r t <"$d/exit" || [ -n "$t" ] || continue
+  case $t in
+    @*[!0-9]* | @) continue ;;
+    @*)
+      e=; read -r x x x x e x 2>/dev/null <"$d/pid"
+      if [ "$e" = "$bid" ]; then age=$((up - ${t#@})); else age=$up; fi ;;
+    '' | *[!0-9]*) continue ;;
+    *) age=$((now - t)) ;;
+  esac
+  [ "$age" -ge "$a" ] || continue
+  rm -rf -- "$d" && echo "${d##*/}"
 done
 exit 0
 "#,
-            older_than.as_secs()
-        )
-        .as_bytes(),
     );
     script
 }

@@ -5,6 +5,48 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::command::ExitStatus;
 
+/// A time on the host's clock as a record keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HostTime {
+    /// Seconds since the epoch (`date +%s`), as earlier builds wrote it.
+    Epoch(SystemTime),
+    /// `@<seconds since boot>` (`/proc/uptime`, read by a builtin: no `date` process), which
+    /// the host's boot time (`btime` in `/proc/stat`) turns into a time.
+    SinceBoot(Duration),
+    /// `-`: the host had no `/proc/uptime`.
+    Unknown,
+}
+
+impl HostTime {
+    fn parse(text: &str) -> Option<Self> {
+        if text == "-" {
+            return Some(HostTime::Unknown);
+        }
+        match text.strip_prefix('@') {
+            Some(since_boot) => Some(HostTime::SinceBoot(Duration::from_secs(
+                since_boot.parse().ok()?,
+            ))),
+            None => epoch(text).map(HostTime::Epoch),
+        }
+    }
+
+    /// The time, given the boot time of the boot the record belongs to.
+    pub(crate) fn at(self, boot_time: Option<SystemTime>) -> Option<SystemTime> {
+        match self {
+            HostTime::Epoch(time) => Some(time),
+            HostTime::SinceBoot(since_boot) => Some(boot_time? + since_boot),
+            HostTime::Unknown => None,
+        }
+    }
+}
+
+/// The boot time (`btime`, seconds since the epoch) in a `/proc/stat` text.
+pub(crate) fn boot_time(proc_stat: &[u8]) -> Option<SystemTime> {
+    let text = std::str::from_utf8(proc_stat).ok()?;
+    let line = text.lines().find_map(|line| line.strip_prefix("btime "))?;
+    epoch(line.trim())
+}
+
 /// The `pid` record: the job's process (group leader, and session leader), the runner, the
 /// boot they belong to, and the start on the host's clock.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,7 +56,7 @@ pub(crate) struct PidRecord {
     pub(crate) runner_pid: u32,
     pub(crate) runner_start_time: String,
     pub(crate) boot_id: String,
-    pub(crate) started_at: SystemTime,
+    pub(crate) started_at: HostTime,
 }
 
 fn epoch(seconds: &str) -> Option<SystemTime> {
@@ -40,7 +82,7 @@ impl PidRecord {
             runner_pid: runner.parse().ok()?,
             runner_start_time: (*runner_start).to_owned(),
             boot_id: (*boot).to_owned(),
-            started_at: epoch(started)?,
+            started_at: HostTime::parse(started)?,
         })
     }
 }
@@ -49,7 +91,7 @@ impl PidRecord {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ExitRecord {
     pub(crate) code: u32,
-    pub(crate) ended_at: SystemTime,
+    pub(crate) ended_at: HostTime,
 }
 
 impl ExitRecord {
@@ -60,7 +102,7 @@ impl ExitRecord {
         };
         Some(ExitRecord {
             code: code.parse().ok()?,
-            ended_at: epoch(ended)?,
+            ended_at: HostTime::parse(ended)?,
         })
     }
 
@@ -138,6 +180,26 @@ mod tests {
         assert_eq!(pid.start_time, "345");
         assert_eq!(pid.runner_pid, 11);
         assert_eq!(pid.boot_id, "abc-def");
+        assert_eq!(
+            pid.started_at.at(None),
+            Some(UNIX_EPOCH + Duration::from_secs(1_700_000_000))
+        );
+        let pid = PidRecord::parse(b"12 345 11 340 abc-def @3600\n").unwrap();
+        assert_eq!(
+            pid.started_at,
+            HostTime::SinceBoot(Duration::from_secs(3600))
+        );
+        assert_eq!(pid.started_at.at(None), None);
+        let boot = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        assert_eq!(
+            pid.started_at.at(Some(boot)),
+            Some(boot + Duration::from_secs(3600))
+        );
+        assert_eq!(
+            ExitRecord::parse(b"0 -").unwrap().ended_at,
+            HostTime::Unknown
+        );
+        assert_eq!(PidRecord::parse(b"12 345 11 340 abc-def @x"), None);
         assert_eq!(PidRecord::parse(b"      "), None);
         let exit = ExitRecord::parse(b"143 1700000001   ").unwrap();
         assert_eq!(
@@ -163,6 +225,16 @@ mod tests {
                 cap: 10
             })
         );
+    }
+
+    #[test]
+    fn boot_time_is_the_btime_line() {
+        let stat = b"cpu  1 2 3\ncpu0 1 2 3\nintr 5 0 0\nctxt 99\nbtime 1700000123\nprocesses 7\n";
+        assert_eq!(
+            boot_time(stat),
+            Some(UNIX_EPOCH + Duration::from_secs(1_700_000_123))
+        );
+        assert_eq!(boot_time(b"cpu 1 2 3\n"), None);
     }
 
     #[test]

@@ -92,7 +92,7 @@ pub(crate) use slot::{LogSink, SlotManager, give_back, open_channel, wait_for_cl
 pub use stats::PoolStats;
 
 use std::sync::{
-    Arc,
+    Arc, Mutex,
     atomic::{AtomicBool, Ordering},
 };
 
@@ -114,6 +114,9 @@ pub(crate) struct Pool {
     /// The host's directory of jobs, learned once by the jobs layer (it depends on the login
     /// environment's `$XDG_STATE_HOME` and `$HOME`, which SFTP cannot see).
     pub(crate) jobs_dir: tokio::sync::OnceCell<std::path::PathBuf>,
+    /// The host's boot id and boot time, as jobs last read them (their records keep times
+    /// since boot).
+    pub(crate) host_boot: Mutex<Option<(String, std::time::SystemTime)>>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -154,6 +157,7 @@ impl Pool {
             slots,
             closed: AtomicBool::new(false),
             jobs_dir: tokio::sync::OnceCell::new(),
+            host_boot: Mutex::new(None),
         })
     }
 
