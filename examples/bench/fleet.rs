@@ -851,6 +851,12 @@ fn run_ours_with(t: &Target<'_>, scratch: &Path, extra: &[String]) -> Run {
         if let Some(e) = r.get("first_error").filter(|e| !e.is_empty()) {
             println!("    ours: first error: {}", e.replace('_', " "));
         }
+        if let Some(rss) = r.get("rss_kib") {
+            println!("    ours: RSS KiB at start, executors built, end: {rss}");
+        }
+        if let Some(retries) = r.get("retries").filter(|n| *n != "0") {
+            println!("    ours: {retries} connection attempts retried");
+        }
         Ok(())
     })();
     if let Err(e) = result {
@@ -1222,6 +1228,9 @@ pub fn child_main(args: &[String]) -> anyhow::Result<()> {
     };
 
     let runtime = tokio::runtime::Runtime::new()?;
+    let rss = || crate::stats::proc_status_bytes("self", "VmRSS").unwrap_or(0) / 1024;
+    let rss_start = rss();
+    let rss_built = AtomicUsize::new(0);
     // Per host: when it started, when its first output byte arrived.
     let times: Arc<Mutex<Vec<HostTimes>>> = Arc::new(Mutex::new(vec![(None, None); ports.len()]));
     let cpu0 = self_cpu_secs();
@@ -1233,6 +1242,7 @@ pub fn child_main(args: &[String]) -> anyhow::Result<()> {
             .zip(&addresses)
             .map(|(&port, address)| template.clone().host(address).port(port).build_lazy())
             .collect::<Result<Vec<_>, _>>()?;
+        rss_built.store(rss() as usize, Ordering::Relaxed);
         let mut fleet = Fleet::new(members)
             .concurrency(concurrency)
             .per_host_timeout(PER_HOST)
@@ -1301,8 +1311,17 @@ pub fn child_main(args: &[String]) -> anyhow::Result<()> {
             .unwrap_or_default()
     };
     let (start_ms, first_ms) = (list(|t| t.0), list(|t| t.1));
+    // Connection attempts beyond the first: hosts the server turned away (MaxStartups) and
+    // the fleet retried, each costing the client another handshake.
+    let retries: u32 = report
+        .results
+        .iter()
+        .map(|r| r.attempts.saturating_sub(1))
+        .sum();
     println!(
-        "RESULT elapsed={} ok={ok} hosts={} cpu_in_run={cpu_in_run} cpu_process={} hwm={} fds_peak={} start_ms={start_ms} first_ms={first_ms} first_error={first_error}",
+        "RESULT rss_kib={rss_start},{},{} elapsed={} ok={ok} hosts={} retries={retries} cpu_in_run={cpu_in_run} cpu_process={} hwm={} fds_peak={} start_ms={start_ms} first_ms={first_ms} first_error={first_error}",
+        rss_built.load(Ordering::Relaxed),
+        rss(),
         elapsed.as_secs_f64(),
         ports.len(),
         self_cpu_secs(),

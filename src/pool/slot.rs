@@ -384,12 +384,13 @@ pub(crate) async fn open_channel(
     let mut attempts = 0;
     while attempts < ATTEMPTS {
         attempts += 1;
-        match tokio::time::timeout(
-            config.connect_timeout,
-            session.handle.channel_open_session(),
-        )
-        .await
-        {
+        let Some(handle) = session.handle() else {
+            return Err(Error::ConnectionLost {
+                host: config.host.clone(),
+                port: config.port,
+            });
+        };
+        match tokio::time::timeout(config.connect_timeout, handle.channel_open_session()).await {
             Ok(Ok(channel)) => return Ok((channel, ChannelCount::new(session.clone()))),
             Ok(Err(russh::Error::ChannelOpenFailure(_))) => {
                 note_refused_open(session, counters);

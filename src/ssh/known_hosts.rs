@@ -294,17 +294,16 @@ impl KnownHosts {
         paths: &[PathBuf],
         f: impl FnOnce(&KnownHosts) -> T,
     ) -> Result<T, (PathBuf, io::Error)> {
-        static CACHE: std::sync::Mutex<Vec<Cached>> = std::sync::Mutex::new(Vec::new());
         const KEPT: usize = 8;
 
+        // The stamps are taken under the lock: taken before it, they could predate an
+        // append this process made meanwhile (see `Cached::own_append`), which would make
+        // the cached parse look newer than the file and parse it all again.
+        let mut cache = lock_cache();
         let mut key = Vec::with_capacity(paths.len());
         for path in paths {
             key.push((path.clone(), stamp(path).map_err(|e| (path.clone(), e))?));
         }
-        // A poisoned lock only means a panic elsewhere while swapping entries.
-        let mut cache = CACHE
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let same_paths = |cached: &&mut Cached| cached.key.iter().map(|(p, _)| p).eq(paths.iter());
         if let Some(cached) = cache.iter_mut().find(same_paths) {
             // A list that did not grow by whole lines may be half extended: parse it again.
@@ -467,11 +466,15 @@ pub(crate) fn append(path: &Path, host: &str, port: u16, key: &PublicKey) -> io:
         builder.create(parent)?;
     }
 
+    // Held over the write, so that the cached parses can take this line as the file's
+    // growth without reading the file again (see `Cached::own_append`).
+    let mut cache = lock_cache();
     let mut options = OpenOptions::new();
     options.read(true).append(true).create(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
     let mut file = options.open(path)?;
+    let before = stamp_of(&file.metadata()?)?;
 
     // Otherwise the new entry would be glued onto the last line and both would be lost.
     let mut out = Vec::with_capacity(line.len() + 1);
@@ -486,7 +489,12 @@ pub(crate) fn append(path: &Path, host: &str, port: u16, key: &PublicKey) -> io:
     out.extend_from_slice(line.as_bytes());
     // One write in append mode, so a concurrent appender cannot split our line.
     file.write_all(&out)?;
-    file.flush()
+    file.flush()?;
+    let after = stamp_of(&file.metadata()?)?;
+    for cached in cache.iter_mut() {
+        cached.own_append(path, before, &out, after);
+    }
+    Ok(())
 }
 
 /// The SHA256 fingerprint text of a key as OpenSSH prints it, e.g. "SHA256:abc...".
@@ -498,12 +506,26 @@ pub(crate) fn fingerprint(key: &PublicKey) -> String {
 type Stamp = Option<(std::time::SystemTime, u64, u64)>;
 
 fn stamp(path: &Path) -> io::Result<Stamp> {
-    use std::os::unix::fs::MetadataExt;
     match std::fs::metadata(path) {
-        Ok(meta) => Ok(Some((meta.modified()?, meta.len(), meta.ino()))),
+        Ok(meta) => Ok(Some(stamp_of(&meta)?)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+fn stamp_of(meta: &std::fs::Metadata) -> io::Result<(std::time::SystemTime, u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    Ok((meta.modified()?, meta.len(), meta.ino()))
+}
+
+/// The parsed files [`KnownHosts::check_cached`] keeps, most recently added last.
+static CACHE: std::sync::Mutex<Vec<Cached>> = std::sync::Mutex::new(Vec::new());
+
+fn lock_cache() -> std::sync::MutexGuard<'static, Vec<Cached>> {
+    // A poisoned lock only means a panic elsewhere while swapping entries.
+    CACHE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A parsed file list in [`KnownHosts::check_cached`]'s cache.
@@ -555,6 +577,49 @@ impl Cached {
     /// the next look finds it current. `false` for anything else (a rewrite, a file that
     /// shrank, appeared or vanished, a line being written right now): then the list is
     /// parsed again, and what this one holds must not be used.
+    /// Takes a line this process appended to `path` as that file's growth, when the file
+    /// was as cached right before (`before` is the cached stamp) and nothing else was
+    /// written after it (`after` is exactly `bytes` longer, same file). Otherwise the next
+    /// check finds the stamp changed and reads the file (see [`grow`](Self::grow)).
+    ///
+    /// Why: with accept-new, every new host appends a line, and every other connection's
+    /// check then saw a grown file and compared its whole start again, so a 10,000-host run
+    /// read the file about 10,000 times (quadratic in the hosts); now a process's own
+    /// appends cost nothing to read back.
+    fn own_append(
+        &mut self,
+        path: &Path,
+        before: (std::time::SystemTime, u64, u64),
+        bytes: &[u8],
+        after: (std::time::SystemTime, u64, u64),
+    ) {
+        let Some(index) = self.key.iter().position(|(p, _)| p == path) else {
+            return;
+        };
+        let (Some((_, stamp)), Some(parsed), Some(lines)) = (
+            self.key.get_mut(index),
+            self.files.get_mut(index),
+            self.hosts.files.get_mut(index),
+        ) else {
+            return;
+        };
+        let ends_line = |b: &[u8]| b.last().is_none_or(|&last| last == b'\n');
+        let grew_by_bytes = after.1.checked_sub(before.1) == Some(bytes.len() as u64);
+        if *stamp != Some(before)
+            || after.2 != before.2
+            || !grew_by_bytes
+            || parsed.bytes.len() as u64 != before.1
+            || !ends_line(&parsed.bytes)
+            || !ends_line(bytes)
+        {
+            return;
+        }
+        lines.append(FileLines::from_bytes(bytes, parsed.newlines + 1, path));
+        parsed.newlines += bytes.iter().filter(|&&b| b == b'\n').count();
+        parsed.bytes.extend_from_slice(bytes);
+        *stamp = Some(after);
+    }
+
     fn grow(&mut self, key: &[(PathBuf, Stamp)]) -> bool {
         if self.key.len() != key.len() {
             return false;
@@ -602,6 +667,8 @@ impl Cached {
 /// allocation per append cost a megabyte's allocation, page faults and copy per host once a
 /// fleet's file held 10,000 hosts.
 fn read_after_same_start(path: &Path, start: &[u8]) -> io::Result<Vec<u8>> {
+    #[cfg(test)]
+    tests::GROWTH_READS.with(|reads| reads.set(reads.get() + 1));
     let mut file = std::fs::File::open(path)?;
     let mut buffer = [0u8; 16 * 1024];
     let mut compared = 0;
@@ -863,6 +930,12 @@ mod tests {
     thread_local! {
         /// How many times this thread parsed a cached file list from the start.
         pub(super) static FULL_PARSES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+        /// How many times this thread read a grown file's start to compare it.
+        pub(super) static GROWTH_READS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
+    fn growth_reads() -> usize {
+        GROWTH_READS.with(std::cell::Cell::get)
     }
 
     fn full_parses() -> usize {
@@ -1827,6 +1900,42 @@ mod tests {
 
     /// Another connection appends between the stamp and the read: what was read is parsed
     /// (no parse from the start), and the next look catches up with the stamp.
+    #[test]
+    fn this_process_appends_are_taken_without_reading_the_file_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = ed25519();
+        let file = dir.path().join("known_hosts");
+        std::fs::write(&file, line("a.example", &key)).unwrap();
+        let paths = vec![file.clone()];
+        let trusted = |host: &str| KnownHosts::check_cached(&paths, host, 22, &key).unwrap().0;
+        assert_eq!(trusted("a.example"), Verdict::Trusted);
+        let (parses, reads) = (full_parses(), growth_reads());
+        for host in ["b.example", "c.example", "d.example"] {
+            assert_eq!(trusted(host), Verdict::Unknown);
+            append(&file, host, 22, &key).unwrap();
+            assert_eq!(trusted(host), Verdict::Trusted, "{host}");
+        }
+        assert_eq!(
+            (full_parses(), growth_reads()),
+            (parses, reads),
+            "own appends are taken as they were written"
+        );
+        assert_eq!(
+            lines_of(&KnownHosts::load_all_cached(&paths).unwrap()),
+            full(&paths)
+        );
+        // Another writer's line is read (and compared) as before.
+        let mut other = OpenOptions::new().append(true).open(&file).unwrap();
+        other.write_all(line("e.example", &key).as_bytes()).unwrap();
+        drop(other);
+        assert_eq!(trusted("e.example"), Verdict::Trusted);
+        assert_eq!(growth_reads(), reads + 1);
+        assert_eq!(
+            lines_of(&KnownHosts::load_all_cached(&paths).unwrap()),
+            full(&paths)
+        );
+    }
+
     #[test]
     fn a_file_that_grew_past_its_stamp_is_parsed_as_read() {
         let dir = tempfile::tempdir().unwrap();
