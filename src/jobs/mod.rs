@@ -617,9 +617,13 @@ impl Job {
         let (status, pid) = self.status_with_pid().await?;
         // An exit record belongs to the boot of its start.
         let boot_id = pid.as_ref().map_or("-", |pid| pid.boot_id.as_str());
-        let ended_at = match (&status, self.exit_record().await?) {
-            (JobStatus::Exited(_), Some(exit)) => self.host_time(exit.ended_at, boot_id).await?,
+        let exit = match status {
+            JobStatus::Exited(_) => self.exit_record().await?,
             _ => None,
+        };
+        let ended_at = match exit {
+            Some(exit) => self.host_time(exit.ended_at, boot_id).await?,
+            None => None,
         };
         let started_at = match &pid {
             Some(pid) => self.host_time(pid.started_at, &pid.boot_id).await?,
