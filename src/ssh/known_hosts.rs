@@ -570,13 +570,6 @@ impl Cached {
         })
     }
 
-    /// Brings this list up to date with the stamps `key` in place when every file is
-    /// unchanged or only grew by whole lines: same inode, its parsed bytes still its start and
-    /// ending a line, what follows them ending a line. The file may have grown further since
-    /// it was stamped (another connection appending right now): what was read is parsed, and
-    /// the next look finds it current. `false` for anything else (a rewrite, a file that
-    /// shrank, appeared or vanished, a line being written right now): then the list is
-    /// parsed again, and what this one holds must not be used.
     /// Takes a line this process appended to `path` as that file's growth, when the file
     /// was as cached right before (`before` is the cached stamp) and nothing else was
     /// written after it (`after` is exactly `bytes` longer, same file). Otherwise the next
@@ -620,6 +613,13 @@ impl Cached {
         *stamp = Some(after);
     }
 
+    /// Brings this list up to date with the stamps `key` in place when every file is
+    /// unchanged or only grew by whole lines: same inode, its parsed bytes still its start and
+    /// ending a line, what follows them ending a line. The file may have grown further since
+    /// it was stamped (another connection appending right now): what was read is parsed, and
+    /// the next look finds it current. `false` for anything else (a rewrite, a file that
+    /// shrank, appeared or vanished, a line being written right now): then the list is
+    /// parsed again, and what this one holds must not be used.
     fn grow(&mut self, key: &[(PathBuf, Stamp)]) -> bool {
         if self.key.len() != key.len() {
             return false;
