@@ -971,6 +971,29 @@ async fn jobs_work_under_every_login_shell() {
 }
 
 #[tokio::test]
+async fn a_started_job_already_leads_its_own_group() {
+    // `spawn_job` returns once the pid is recorded; a kill right then must find the group
+    // (CI once recorded the pid before the command's `setsid` had run, and the kill found
+    // no group and left the job running).
+    let tb = testbed();
+    let ex = executor(&tb).await;
+    for _ in 0..8 {
+        let job = ex.spawn_job("sleep 30", JobOptions::new()).await.unwrap();
+        let record = std::fs::read_to_string(job.dir().join("pid")).unwrap();
+        let pid = record.split_whitespace().next().unwrap().to_owned();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let after_name = stat.rsplit_once(") ").unwrap().1;
+        let pgrp = after_name.split_whitespace().nth(2).unwrap();
+        assert_eq!(pgrp, pid, "the job's group at once after the start");
+        assert_eq!(
+            job.kill(Duration::from_secs(5)).await.unwrap(),
+            JobStatus::Exited(signal("TERM"))
+        );
+        job.remove().await.unwrap();
+    }
+}
+
+#[tokio::test]
 async fn a_job_whose_processes_vanish_is_lost_not_running() {
     let tb = testbed();
     let ex = executor(&tb).await;

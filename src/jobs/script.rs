@@ -111,6 +111,15 @@ job() {
   else setsid /bin/sh "$d/launch" 2>&4 3>&- 4>&- </dev/null &
   fi
   c=$!
+  # The record must name a group that exists: wait (builtin reads, no sleep) until the
+  # command's `setsid` has run and it leads its own group (field 5 of its stat), or it ended.
+  n=0
+  while [ "$n" -lt 5000 ]; do
+    s=; read -r s 2>/dev/null <"/proc/$c/stat" || [ -n "$s" ] || break
+    s=${s##*) }; set -- $s
+    [ "$3" = "$c" ] && break
+    n=$((n + 1))
+  done
   if [ -n "$dl" ]; then
     (
       sleep "$dl"
@@ -134,7 +143,9 @@ job() {
 exec 3>&1
 { job | spool stdout 5>"$d/stdout" 3>&- 4>&- >/dev/null; } 4>&1 | spool stderr 5>"$d/stderr" 3>&- >/dev/null
 exec 3>&- >/dev/null
-mv -f -- "$d/exit.tmp" "$d/exit"
+# Only a written status becomes `exit` (the command's waiter may have been killed).
+x=; read -r x _ 2>/dev/null <"$d/exit.tmp"
+[ -n "$x" ] && mv -f -- "$d/exit.tmp" "$d/exit"
 kill -KILL "-$$" 2>/dev/null
 "#;
 
