@@ -18,7 +18,7 @@ mod stream_files;
 #[cfg(any(feature = "agent-sdk", feature = "bamboo"))]
 pub(crate) use own_script::option_safe;
 /// For jobs, fleet copies (the remote checksums) and the adapters' remote search.
-pub(crate) use own_script::{quoted_path, run_collect};
+pub(crate) use own_script::{Collected, quoted_path, run_collect};
 pub use remote_fs::{DirEntry, FileMetadata, FileType};
 /// For jobs' polls, which keep handles open on the connection's SFTP channel.
 pub(crate) use remote_fs::{Retry, sftp_path};

@@ -31,6 +31,7 @@ use futures::{
     stream::{self, BoxStream},
 };
 
+use script::StartForm;
 use spec::{DEFAULT_KILL_GRACE, Spec, random_id, validate_id};
 pub use spec::{DEFAULT_SPOOL_CAP, JobOptions};
 use state::{DropRecord, ExitRecord, HostTime, PidRecord, boot_time, proc_start_time, trimmed};
@@ -40,7 +41,7 @@ use crate::{
     config::EnvPlan,
     error::{Error, Result, SftpStatus},
     executor::SshExecutor,
-    files::run_collect,
+    files::{Collected, run_collect},
 };
 
 /// How many times a start whose connection broke is asked again (the id makes it safe).
@@ -245,6 +246,20 @@ impl SshExecutor {
             .cloned()
     }
 
+    /// Runs a start script in a task of its own, so that a dropped
+    /// [`spawn_job`](Self::spawn_job) neither kills the start's process group (where the
+    /// runner, a fork of the start script, lives) nor leaves the start half done.
+    async fn run_start(&self, id: &str, script: Vec<u8>) -> Result<(ExitStatus, Collected)> {
+        let executor = self.clone();
+        tokio::spawn(async move { run_collect(&executor, &script, Vec::new()).await })
+            .await
+            .map_err(|error| Error::JobStart {
+                host: self.inner.config.host.clone(),
+                id: id.to_owned(),
+                reason: format!("the start's task ended: {error}"),
+            })?
+    }
+
     /// Starts `command` as a job: detached from the call, the channel and the connection, in
     /// a session and process group of its own, run as a command is (`sh -c`, or a `#!`
     /// script; the executor's environment settings, then the job's), with stdin at EOF and
@@ -262,8 +277,10 @@ impl SshExecutor {
     /// connection errors as for commands.
     ///
     /// # Cancel safety
-    /// Dropping the future may leave the job started or not: ask again with the same id
-    /// (`spawn_job` returns the existing job) or look it up with [`job`](Self::job).
+    /// Dropping the future does not stop a start that was sent: its script runs to its end on
+    /// the host (in a task of its own, whose group is not killed), so the job is then either
+    /// started or not, never half started. Ask again with the same id (`spawn_job` returns
+    /// the existing job) or look it up with [`job`](Self::job).
     pub async fn spawn_job(&self, command: &str, options: JobOptions) -> Result<Job> {
         if self.is_closed() {
             return Err(Error::Closed);
@@ -285,15 +302,25 @@ impl SshExecutor {
         let config = &self.inner.config;
         let env = job_env(&config.env, &spec);
         let launch = script::launch(&spec, dir.as_deref(), &env, config)?;
-        let start = script::start(&spec, &launch);
+        // The short form first; the full one when the host has no copy of the library.
+        let mut form = StartForm::Short;
         let mut attempt = 1;
         let (status, out) = loop {
-            match run_collect(self, &start, Vec::new()).await {
+            let start = script::start(&spec, &launch, form);
+            match self.run_start(&id, start).await {
                 Err(error @ (Error::ConnectionLost { .. } | Error::Ssh { .. }))
                     if attempt < START_ATTEMPTS =>
                 {
                     tracing::debug!(host = %config.host, %id, %error, "job start broke; asking again");
                     attempt += 1;
+                }
+                Ok((status, out))
+                    if form == StartForm::Short
+                        && status.success()
+                        && out.stdout.ends_with(b"\nnolib\n") =>
+                {
+                    tracing::debug!(host = %config.host, %id, "the host has no copy of the job library; sending it");
+                    form = StartForm::Full;
                 }
                 other => break other?,
             }

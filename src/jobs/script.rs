@@ -14,7 +14,7 @@
 //! | `spec` | start, the last of its files | what the job was started with ([`Spec`](super::spec::Spec)) |
 //! | `params` | start | the runner's numbers (`cap`, `dl`, `grace`) and `la`, the command's `sh -c` text (`cd`, environment, command) when it takes the direct form ([`direct_text`]) |
 //! | `launch` | start | otherwise: `cd`, environment and `exec sh -c '<command>'` (or a `#!` script), as for a command; empty with `la` |
-//! | `run` | start | the runner |
+//! | `run` | earlier builds' starts | their runner (now a function of the start library, `../lib/start-<hash>` beside the jobs) |
 //! | `started` | start | created with `O_EXCL` (`set -C`): claims the one start of the runner (a directory, made by `mkdir`, in jobs started by earlier builds; both count) |
 //! | `pid` | start (padded), runner (in place) | `<pid> <starttime> <runner pid> <runner starttime> <boot id> <started at>`; blank until recorded (earlier builds wrote it by temp + `mv`: missing until recorded) |
 //! | `stdout`, `stderr` | the spoolers | the output, exactly, up to the cap |
@@ -38,11 +38,13 @@
 //! exec even less (a fork of `sh` costs far less than an exec): records are read with the
 //! `read` builtin (`/proc/PID/stat`, the boot id, the uptime, `reason`), never with `cat`,
 //! `date` or a subshell; files are written with `printf`; the claim is a redirection; the
-//! pipes are a pipeline's, not FIFOs. A start that creates the job directory execs `mkdir`,
-//! then the runner (`setsid`, `sh`), which answers once the command is forked and recorded:
-//! the spoolers' two `head`s and the command's `setsid` and `sh -c` start beside it, and
-//! `wc` only runs for a stream that reached its cap (see [`RUNNER`]). At the end the runner
-//! execs one `mv`. The start script reads the runner's answer on a pipe (the runner's
+//! pipes are a pipeline's, not FIFOs; the start's text comes from the host's copy of the
+//! start library (only the job's own values travel). A start that creates the job directory
+//! execs `mkdir`; the runner is a fork of the start's shell, and it answers once the command
+//! is forked and leads its group: the spoolers' two `head`s and the command's `setsid` and
+//! `sh -c` start beside it, and `wc` only runs for a stream that reached its cap (see
+//! [`RUNNER`]). At the end the runner execs one `mv`. The start script reads the runner's
+//! answer on a pipe (the runner's
 //! stdout): `ok` once `pid` is recorded, or EOF when it dies before answering. (A command
 //! substitution of the backgrounded runner does not do: dash leaks a saved copy of the pipe
 //! into the background job, fd 251, so the answer would wait for the job's end; in a
@@ -85,19 +87,29 @@ const NAP: &str = "nap() { sleep \"$1\" 2>/dev/null || sleep 1; }\n";
 const CLOCK: &str = r#"clock() { u=; read -r u _ 2>/dev/null </proc/uptime; case $u in [0-9]*) u=@${u%.*} ;; *) u=- ;; esac; }
 "#;
 
-/// The runner, run as `setsid /bin/sh run <dir>` with its stdout on the pipe the start script
-/// reads its answer from. It spools the command's output through two pipes (`head -c cap`
-/// into the stream file; the rest, if any, counted by `wc -c`), starts the command in a
-/// session of its own, records its pid, start time and the boot id in the padded `pid`
-/// file, says `ok`, arms the deadline, waits for the command, and writes `exit` once both
-/// streams have ended. Its last act kills its own group (the watchdog and its `sleep`); the
-/// job's group is the command's.
+/// The runner, a function of the start library (see [`library`]), forked by the start script
+/// as `runner <dir>` with its stdout on the pipe the start script reads its answer from. It
+/// spools the command's output through two pipes (`head -c cap` into the stream file; the
+/// rest, if any, counted by `wc -c`), starts the command in a session of its own, records its
+/// pid, start time and the boot id in the padded `pid` file, and its own pid and start time
+/// beside them (a fork has its parent's `$$`: its own pid comes from `/proc/self/stat`), says
+/// `ok`, arms the deadline, waits for the command, and writes `exit` once both streams have
+/// ended. Its last act ends the deadline's watchdog, if it still runs and is still the one it
+/// started (its start time); the job's group is the command's.
 ///
-/// Processes: the pipelines' shells are forks of this one (no exec); the execs are the two
-/// `head`s, the command's `setsid` and `sh -c`, and at the end one `mv`. `wc` runs only for a
-/// stream that reached its cap or failed: a spooler knows how much `head` wrote from the
-/// offset of the spool file it shares with it (`/proc/self/fdinfo/5`, a builtin `read`).
-const RUNNER: &str = r#"d=$1
+/// Processes: the runner and the pipelines' shells are forks of the start script's shell (no
+/// exec); the execs are the two `head`s, the command's `setsid` and `sh -c`, and at the end
+/// one `mv`. `wc` runs only for a stream that reached its cap or failed: a spooler knows how
+/// much `head` wrote from the offset of the spool file it shares with it
+/// (`/proc/self/fdinfo/5`, a builtin `read`).
+///
+/// Why a fork and not `setsid /bin/sh`, as before: those were two execs on the start's
+/// critical path. The runner stays in the start script's process group, which nothing
+/// signals: no terminal, so no hangup; the start's channel closing sends nothing; and a
+/// dropped [`spawn_job`](crate::SshExecutor::spawn_job) lets its start script finish instead
+/// of killing its group (see there).
+const RUNNER: &str = r#"runner() {
+d=$1
 . "$d/params"
 spool() {
   head -c "$cap" >&5 2<>"$d/$1.err"; r=$?
@@ -120,33 +132,52 @@ job() {
     [ "$3" = "$c" ] && break
     n=$((n + 1))
   done
-  if [ -n "$dl" ]; then
-    (
-      sleep "$dl"
-      x=; read -r x 2>/dev/null <"$d/reason"
-      case $x in *[!\ ]*) ;; *) printf deadline 1<>"$d/reason" ;; esac
-      kill -TERM "-$c" 2>/dev/null
-      sleep "$grace"
-      kill -KILL "-$c" 2>/dev/null
-    ) </dev/null >/dev/null 2>&1 3>&- 4>&- &
-  fi
   boot
   st "$c"; ct=$t
-  st "$$"
+  st "$me"
   clock
-  printf '%s %s %s %s %s %s\n' "$c" "$ct" "$$" "$t" "$bid" "$u" 1<>"$d/pid" && echo ok >&3
+  printf '%s %s %s %s %s %s\n' "$c" "$ct" "$me" "$t" "$bid" "$u" 1<>"$d/pid" && echo ok >&3
   exec 3>&- 4>&- >/dev/null
   wait "$c"; r=$?
   clock
   printf '%s %s\n' "$r" "$u" 1<>"$d/exit.tmp"
 }
 exec 3>&1
-{ job | spool stdout 5>"$d/stdout" 3>&- 4>&- >/dev/null; } 4>&1 | spool stderr 5>"$d/stderr" 3>&- >/dev/null
+# The runner's own pid (a fork's `$$` is its parent's), read here: `job` is a subshell.
+s=; read -r s </proc/self/stat; me=${s%% *}
+w=
+if [ -n "$dl" ]; then
+  # The deadline's watchdog. Its sleeps are its children, ended with it (the trap) when the
+  # job ends first, so that no `sleep` outlives the job. It reads the group from the `pid`
+  # record (written long before any deadline but the shortest, hence the wait for it).
+  (
+    trap 'kill "$z" 2>/dev/null; exit 0' TERM
+    sleep "$dl" & z=$!; wait "$z"
+    n=0
+    while :; do
+      c=; read -r c _ 2>/dev/null <"$d/pid"
+      [ -n "$c" ] || [ "$n" -ge 1000 ] && break
+      nap 0.01; n=$((n + 1))
+    done
+    [ -n "$c" ] || exit 0
+    x=; read -r x 2>/dev/null <"$d/reason"
+    case $x in *[!\ ]*) ;; *) printf deadline 1<>"$d/reason" ;; esac
+    kill -TERM "-$c" 2>/dev/null
+    sleep "$grace" & z=$!; wait "$z"
+    kill -KILL "-$c" 2>/dev/null
+  ) </dev/null >/dev/null 2>&1 3>&- &
+  w=$!; st "$w"; wt=$t
+fi
+# Redirections by `exec`: on a function call dash would keep saved copies of the descriptors
+# (fd 10 and up) for the call's duration, and the answer pipe would stay open in the spoolers.
+{ job | { exec 5>"$d/stdout" 3>&- 4>&- >/dev/null; spool stdout; }; } 4>&1 |
+  { exec 5>"$d/stderr" 3>&- >/dev/null; spool stderr; }
 exec 3>&- >/dev/null
 # Only a written status becomes `exit` (the command's waiter may have been killed).
 x=; read -r x _ 2>/dev/null <"$d/exit.tmp"
 [ -n "$x" ] && mv -f -- "$d/exit.tmp" "$d/exit"
-kill -KILL "-$$" 2>/dev/null
+if [ -n "$w" ]; then st "$w"; [ "$t" = "$wt" ] && kill -TERM "$w" 2>/dev/null; fi
+}
 "#;
 
 /// Seconds with millisecond precision, as `sleep` takes them (`1.5`).
@@ -196,49 +227,11 @@ pub(crate) fn launch(
     Ok(Launch { direct: None, file })
 }
 
-/// The start script for `spec` (see the module docs). Prints the base directory, then `ok`
-/// once the runner has recorded its pid, or `differs` when the id exists with another spec.
-///
-/// A start that creates the directory runs one process, `mkdir`, besides the runner (whose
-/// `setsid` and `/bin/sh` are the only other execs before it answers): the files are written
-/// with `printf`, the claim of the one runner start is a `set -C` (`O_EXCL`) redirection,
-/// and the answer comes on a pipe from the runner (no poll, no `sleep`; a pipeline's shells
-/// are forks). A start that finds the directory there (a second start with the same id, a
-/// retry after a broken connection) waits for the claim, compares the spec and, if the
-/// runner was started by another, polls for its `pid` record.
-pub(crate) fn start(spec: &Spec, launch: &Launch) -> Vec<u8> {
-    let mut script = BASE.as_bytes().to_vec();
-    script.extend_from_slice(NAP.as_bytes());
-    script.extend_from_slice(
-        b"command -v setsid >/dev/null || { echo \"setsid is not installed\" >&2; exit 3; }\n\
-          [ -d \"$b\" ] || { mkdir -p -- \"$b\" && chmod 700 -- \"${b%/jobs}\" \"$b\"; } || exit 3\n\
-          echo \"$b\"\n",
-    );
-    // The id is checked (letters, digits, `.`, `_`, `-`), so inside double quotes it is
-    // literal and only `$b` expands.
-    script.extend_from_slice(format!("d=\"$b/{}\"\n", spec.id).as_bytes());
-    assign(&mut script, "sp", spec.encode().as_bytes());
-    assign(&mut script, "lf", &launch.file);
-    assign(
-        &mut script,
-        "ru",
-        format!("{START_TIME}{BOOT_ID}{CLOCK}{RUNNER}").as_bytes(),
-    );
-    let mut params = format!(
-        "nl='\n'\ncap={}\ndl={}\ngrace={}\n",
-        spec.spool_cap,
-        spec.deadline.map(seconds).unwrap_or_default(),
-        seconds(spec.kill_grace),
-    )
-    .into_bytes();
-    assign(
-        &mut params,
-        "la",
-        launch.direct.as_deref().unwrap_or_default(),
-    );
-    assign(&mut script, "pa", &params);
-    script.extend_from_slice(
-        br#"# A write that fails on a full disk says only "I/O error": name the cause when it is that.
+/// The start's logic, once `b`, `d`, `sp`, `lf` and `pa` are set (see [`start`]).
+const START: &str = r#"command -v setsid >/dev/null || { echo "setsid is not installed" >&2; exit 3; }
+[ -d "$b" ] || { mkdir -p -- "$b" && chmod 700 -- "${b%/jobs}" "$b"; } || exit 3
+echo "$b"
+# A write that fails on a full disk says only "I/O error": name the cause when it is that.
 unwritable() {
   a=$(df -Pk -- "$d" 2>/dev/null | awk 'NR == 2 { print $4 }')
   if [ "$a" = 0 ]; then echo "cannot write the job's files in $d: No space left on device" >&3
@@ -249,7 +242,7 @@ unwritable() {
 # failed redirection would end the shell before `unwritable` names the cause. The directory
 # is private (700); its files get the login's umask, as the command does.
 files() {
-  { printf %s "$lf" >"$d/launch" && printf %s "$ru" >"$d/run" && printf %s "$pa" >"$d/params" &&
+  { printf %s "$lf" >"$d/launch" && printf %s "$pa" >"$d/params" &&
     for f in pid exit.tmp reason stdout.drop stderr.drop stdout.err stderr.err; do
       printf '%256s' '' >"$d/$f" || unwritable
     done &&
@@ -278,14 +271,14 @@ set -C
 if true 2>/dev/null >"$d/started"; then
   set +C
   if [ -z "$new" ]; then
-    # The files may be a previous version's (whose start broke before its claim): this
-    # runner and its parameters, and a padded `pid`.
-    { printf %s "$ru" >"$d/run" && printf %s "$pa" >"$d/params" &&
+    # The files may be a previous version's (whose start broke before its claim): these
+    # parameters, and a padded `pid`.
+    { printf %s "$pa" >"$d/params" &&
       { [ -f "$d/pid" ] || printf '%256s' '' >"$d/pid"; }; } 2>/dev/null || unwritable
   fi
   # The runner's answer comes on the pipe: `ok` once `pid` is recorded, or EOF when it ends
-  # before that. The pipeline's first shell only starts it in the background.
-  if { (cd / && exec setsid /bin/sh "$d/run" "$d" </dev/null 2>"$d/failed" 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&-) & } |
+  # before that. The pipeline's first shell only forks it into the background.
+  if { (cd / && runner "$d") </dev/null 2>"$d/failed" 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&- & } |
     { r=; IFS= read -r r; [ "$r" = ok ]; }; then
     echo ok; exit 0
   fi
@@ -303,8 +296,95 @@ if ! recorded; then
   exit 5
 fi
 echo ok
-"#,
+"#;
+
+/// The start library: what every start runs, the same text for every job (the helpers, the
+/// [`RUNNER`] and [`START`]). A start sends only its own values and sources the library from
+/// the host (see [`start`]); its name carries a hash of its text, so builds that differ in it
+/// never share a file.
+fn library() -> String {
+    format!("{START_TIME}{BOOT_ID}{CLOCK}{NAP}{RUNNER}{START}")
+}
+
+/// The library's path under the base directory `$b`, as shell text:
+/// `${b%/jobs}/lib/start-<hash>` (a sibling of the jobs, so that listing them never sees it).
+fn library_path() -> String {
+    // FNV-1a: stable across builds and Rust versions, unlike `std`'s hasher.
+    let hash = library()
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+        });
+    format!("${{b%/jobs}}/lib/start-{hash:016x}")
+}
+
+/// Which text a start sends (see [`start`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StartForm {
+    /// Only the job's values, then `. <library>`; answers `nolib` when the host has no copy
+    /// of the library.
+    Short,
+    /// The library's text too: installs the host's copy (when it can) and runs the text.
+    Full,
+}
+
+/// The start script for `spec` (see the module docs). Prints the base directory, then `ok`
+/// once the runner has recorded its pid, `differs` when the id exists with another spec, or
+/// (the [short](StartForm::Short) form only) `nolib` when the host lacks the library and
+/// nothing was done.
+///
+/// The short form is what keeps a start cheap: the bootstrap reads its payload byte by byte
+/// (about 1 µs a byte on dash; see `command::wrapper`), and the library is about 5 KB, while
+/// a job's own values are typically a few hundred bytes. The host reads the library from its
+/// file with `.` (in blocks). The full form is sent only when the host had no copy: once per
+/// host and build, or after the copy was removed.
+///
+/// A start that creates the directory runs one process, `mkdir`, besides the command's: the
+/// runner is a fork of this shell, the files are written with `printf`, the claim of the one
+/// runner start is a `set -C` (`O_EXCL`) redirection, and the answer comes on a pipe from the
+/// runner (no poll, no `sleep`; a pipeline's shells are forks). A start that finds the
+/// directory there (a second start with the same id, a retry after a broken connection)
+/// waits for the claim, compares the spec and, if the runner was started by another, polls
+/// for its `pid` record.
+pub(crate) fn start(spec: &Spec, launch: &Launch, form: StartForm) -> Vec<u8> {
+    let mut script = BASE.as_bytes().to_vec();
+    // The id is checked (letters, digits, `.`, `_`, `-`), so inside double quotes it is
+    // literal and only `$b` expands.
+    script.extend_from_slice(format!("d=\"$b/{}\"\n", spec.id).as_bytes());
+    assign(&mut script, "sp", spec.encode().as_bytes());
+    assign(&mut script, "lf", &launch.file);
+    let mut params = format!(
+        "nl='\n'\ncap={}\ndl={}\ngrace={}\n",
+        spec.spool_cap,
+        spec.deadline.map(seconds).unwrap_or_default(),
+        seconds(spec.kill_grace),
+    )
+    .into_bytes();
+    assign(
+        &mut params,
+        "la",
+        launch.direct.as_deref().unwrap_or_default(),
     );
+    assign(&mut script, "pa", &params);
+    script.extend_from_slice(format!("L={}\n", library_path()).as_bytes());
+    match form {
+        StartForm::Short => script.extend_from_slice(
+            b"[ -r \"$L\" ] || { echo \"$b\"; echo nolib; exit 0; }\n. \"$L\"\n",
+        ),
+        StartForm::Full => {
+            assign(&mut script, "li", library().as_bytes());
+            // The copy is written whole, then renamed into place, so that a concurrent start
+            // never sources half of it; a failure (a full disk) only means the next start
+            // sends the full form again.
+            script.extend_from_slice(
+                br#"if [ ! -r "$L" ] && { [ -d "$b" ] || { mkdir -p -- "$b" && chmod 700 -- "${b%/jobs}" "$b"; }; } 2>/dev/null; then
+  { mkdir -p -- "${L%/*}" && printf %s "$li" >"$L.$$" && mv -f -- "$L.$$" "$L"; } 2>/dev/null || rm -f -- "$L.$$" 2>/dev/null
+fi
+eval "$li"
+"#,
+            );
+        }
+    }
     script
 }
 
