@@ -44,15 +44,14 @@
 //! is forked and leads its group: the spoolers' two `head`s and the command's `setsid` and
 //! `sh -c` start beside it, and `wc` only runs for a stream that reached its cap (see
 //! [`RUNNER`]). At the end the runner execs one `mv`. The start script reads the runner's
-//! answer on a pipe (the runner's
-//! stdout): `ok` once `pid` is recorded, or EOF when it dies before answering. (A command
+//! answer on a pipe (the runner's stdout): `ok` once `pid` is recorded, or EOF when it dies before answering. (A command
 //! substitution of the backgrounded runner does not do: dash leaks a saved copy of the pipe
 //! into the background job, fd 251, so the answer would wait for the job's end; in a
 //! pipeline the reader stops at the line.) Only a start that finds the directory there (a
 //! retry, a concurrent start) reads the spec back to compare it, and only one that did not
 //! start the runner itself polls for the `pid` record.
 
-use std::{path::Path, time::Duration};
+use std::{path::Path, sync::LazyLock, time::Duration};
 
 use super::spec::Spec;
 use crate::{
@@ -87,7 +86,7 @@ const NAP: &str = "nap() { sleep \"$1\" 2>/dev/null || sleep 1; }\n";
 const CLOCK: &str = r#"clock() { u=; read -r u _ 2>/dev/null </proc/uptime; case $u in [0-9]*) u=@${u%.*} ;; *) u=- ;; esac; }
 "#;
 
-/// The runner, a function of the start library (see [`library`]), forked by the start script
+/// The runner, a function of the start library (see [`LIBRARY`]), forked by the start script
 /// as `runner <dir>` with its stdout on the pipe the start script reads its answer from. It
 /// spools the command's output through two pipes (`head -c cap` into the stream file; the
 /// rest, if any, counted by `wc -c`), starts the command in a session of its own, records its
@@ -227,9 +226,19 @@ pub(crate) fn launch(
     Ok(Launch { direct: None, file })
 }
 
+/// Makes the base directory `$b` when it is missing, private (700) with its parent.
+macro_rules! make_base {
+    () => {
+        r#"[ -d "$b" ] || { mkdir -p -- "$b" && chmod 700 -- "${b%/jobs}" "$b"; }"#
+    };
+}
+
 /// The start's logic, once `b`, `d`, `sp`, `lf` and `pa` are set (see [`start`]).
-const START: &str = r#"command -v setsid >/dev/null || { echo "setsid is not installed" >&2; exit 3; }
-[ -d "$b" ] || { mkdir -p -- "$b" && chmod 700 -- "${b%/jobs}" "$b"; } || exit 3
+const START: &str = concat!(
+    r#"command -v setsid >/dev/null || { echo "setsid is not installed" >&2; exit 3; }
+"#,
+    make_base!(),
+    r#" || exit 3
 echo "$b"
 # A write that fails on a full disk says only "I/O error": name the cause when it is that.
 unwritable() {
@@ -296,27 +305,27 @@ if ! recorded; then
   exit 5
 fi
 echo ok
-"#;
+"#
+);
 
 /// The start library: what every start runs, the same text for every job (the helpers, the
 /// [`RUNNER`] and [`START`]). A start sends only its own values and sources the library from
 /// the host (see [`start`]); its name carries a hash of its text, so builds that differ in it
 /// never share a file.
-fn library() -> String {
-    format!("{START_TIME}{BOOT_ID}{CLOCK}{NAP}{RUNNER}{START}")
-}
+static LIBRARY: LazyLock<String> =
+    LazyLock::new(|| format!("{START_TIME}{BOOT_ID}{CLOCK}{NAP}{RUNNER}{START}"));
 
 /// The library's path under the base directory `$b`, as shell text:
 /// `${b%/jobs}/lib/start-<hash>` (a sibling of the jobs, so that listing them never sees it).
-fn library_path() -> String {
+static LIBRARY_PATH: LazyLock<String> = LazyLock::new(|| {
     // FNV-1a: stable across builds and Rust versions, unlike `std`'s hasher.
-    let hash = library()
+    let hash = LIBRARY
         .bytes()
         .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
             (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
         });
     format!("${{b%/jobs}}/lib/start-{hash:016x}")
-}
+});
 
 /// Which text a start sends (see [`start`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -366,22 +375,27 @@ pub(crate) fn start(spec: &Spec, launch: &Launch, form: StartForm) -> Vec<u8> {
         launch.direct.as_deref().unwrap_or_default(),
     );
     assign(&mut script, "pa", &params);
-    script.extend_from_slice(format!("L={}\n", library_path()).as_bytes());
+    script.extend_from_slice(format!("L={}\n", *LIBRARY_PATH).as_bytes());
     match form {
         StartForm::Short => script.extend_from_slice(
             b"[ -r \"$L\" ] || { echo \"$b\"; echo nolib; exit 0; }\n. \"$L\"\n",
         ),
         StartForm::Full => {
-            assign(&mut script, "li", library().as_bytes());
+            assign(&mut script, "li", LIBRARY.as_bytes());
             // The copy is written whole, then renamed into place, so that a concurrent start
             // never sources half of it; a failure (a full disk) only means the next start
             // sends the full form again.
             script.extend_from_slice(
-                br#"if [ ! -r "$L" ] && { [ -d "$b" ] || { mkdir -p -- "$b" && chmod 700 -- "${b%/jobs}" "$b"; }; } 2>/dev/null; then
+                concat!(
+                    r#"if [ ! -r "$L" ] && { "#,
+                    make_base!(),
+                    r#"; } 2>/dev/null; then
   { mkdir -p -- "${L%/*}" && printf %s "$li" >"$L.$$" && mv -f -- "$L.$$" "$L"; } 2>/dev/null || rm -f -- "$L.$$" 2>/dev/null
 fi
 eval "$li"
-"#,
+"#
+                )
+                .as_bytes(),
             );
         }
     }
