@@ -971,6 +971,27 @@ async fn jobs_work_under_every_login_shell() {
 }
 
 #[tokio::test]
+async fn job_directories_are_private_however_they_were_made() {
+    // An executor's first start makes its job directory with the script's `mkdir -m 700`;
+    // the later ones are made over SFTP beside the start (mode 700 asked, the umask applies).
+    // Both, and the state directories above them, must be 700.
+    use std::os::unix::fs::PermissionsExt;
+    let tb = testbed();
+    let ex = executor(&tb).await;
+    let first = ex.spawn_job("true", JobOptions::new()).await.unwrap();
+    let second = ex.spawn_job("true", JobOptions::new()).await.unwrap();
+    let base = first.dir().parent().unwrap();
+    for dir in [first.dir(), second.dir(), base, base.parent().unwrap()] {
+        let mode = std::fs::metadata(dir).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{} has mode {mode:o}", dir.display());
+    }
+    for job in [first, second] {
+        job.wait(Duration::from_secs(10)).await.unwrap();
+        job.remove().await.unwrap();
+    }
+}
+
+#[tokio::test]
 async fn a_started_job_already_leads_its_own_group() {
     // `spawn_job` returns once the pid is recorded; a kill right then must find the group
     // (CI once recorded the pid before the command's `setsid` had run, and the kill found

@@ -695,6 +695,15 @@ impl SftpChannel {
             .map(drop)
     }
 
+    /// `mkdir` with mode 700 (less the server's umask), private to the user.
+    pub(crate) async fn mkdir_private(&self, path: &str) -> Result<(), SftpError> {
+        let attrs = FileAttributes {
+            permissions: Some(0o700),
+            ..FileAttributes::empty()
+        };
+        self.raw.mkdir(path, attrs).await.map(drop)
+    }
+
     pub(crate) async fn remove(&self, path: &str) -> Result<(), SftpError> {
         self.raw.remove(path).await.map(drop)
     }

@@ -41,7 +41,7 @@ use crate::{
     config::EnvPlan,
     error::{Error, Result, SftpStatus},
     executor::SshExecutor,
-    files::{Collected, run_collect},
+    files::{Collected, Retry, run_collect, sftp_path},
 };
 
 /// How many times a start whose connection broke is asked again (the id makes it safe).
@@ -246,6 +246,32 @@ impl SshExecutor {
             .cloned()
     }
 
+    /// Makes the job directory over SFTP, beside its start script, when the base directory
+    /// is known (after this executor's first start): an SFTP `mkdir` costs sshd no process,
+    /// where the script's `mkdir` is an exec. Best effort: the script makes the directory
+    /// itself if it is not there yet, and the script's claim (see `script::start`), not this
+    /// `mkdir`, decides whether the job is new.
+    async fn premake_job_dir(&self, id: &str) {
+        let Some(base) = self.inner.jobs_dir.get() else {
+            return;
+        };
+        let dir = base.join(id);
+        let Ok(path) = sftp_path(&dir) else {
+            return;
+        };
+        let made = self
+            .with_sftp(Retry::Never, |channel| async move {
+                channel
+                    .mkdir_private(path)
+                    .await
+                    .map_err(|e| self.sftp_error("mkdir", path, e))
+            })
+            .await;
+        if let Err(error) = made {
+            tracing::trace!(host = %self.inner.config.host, %id, %error, "no job directory made over SFTP; the start makes it");
+        }
+    }
+
     /// Runs a start script in a task of its own, so that a dropped
     /// [`spawn_job`](Self::spawn_job) neither kills the start's process group (where the
     /// runner, a fork of the start script, lives) nor leaves the start half done.
@@ -307,7 +333,12 @@ impl SshExecutor {
         let mut attempt = 1;
         let (status, out) = loop {
             let start = script::start(&spec, &launch, form);
-            match self.run_start(&id, start).await {
+            let started = if attempt == 1 && form == StartForm::Short {
+                tokio::join!(self.premake_job_dir(&id), self.run_start(&id, start)).1
+            } else {
+                self.run_start(&id, start).await
+            };
+            match started {
                 Err(error @ (Error::ConnectionLost { .. } | Error::Ssh { .. }))
                     if attempt < START_ATTEMPTS =>
                 {

@@ -15,18 +15,21 @@
 //! | `params` | start | the runner's numbers (`cap`, `dl`, `grace`) and `la`, the command's `sh -c` text (`cd`, environment, command) when it takes the direct form ([`direct_text`]) |
 //! | `launch` | start | otherwise: `cd`, environment and `exec sh -c '<command>'` (or a `#!` script), as for a command; empty with `la` |
 //! | `run` | earlier builds' starts | their runner (now a function of the start library, `../lib/start-<hash>` beside the jobs) |
+//! | `new` | start | created with `O_EXCL` (`set -C`): claims the directory for a new job, whoever made it (the client over SFTP, or the start's `mkdir`); jobs of earlier builds, claimed by their `mkdir`, have none |
 //! | `started` | start | created with `O_EXCL` (`set -C`): claims the one start of the runner (a directory, made by `mkdir`, in jobs started by earlier builds; both count) |
-//! | `pid` | start (padded), runner (in place) | `<pid> <starttime> <runner pid> <runner starttime> <boot id> <started at>`; blank until recorded (earlier builds wrote it by temp + `mv`: missing until recorded) |
+//! | `pid` | start (padded), the job's shell ([`PRE`], in place) | `<pid> <starttime> <runner pid> <runner starttime> <boot id> <started at>`; blank until recorded (earlier builds wrote it by temp + `mv`: missing until recorded) |
 //! | `stdout`, `stderr` | the spoolers | the output, exactly, up to the cap |
 //! | `stdout.drop`, `stderr.drop` | the spoolers, at the stream's end | `<head status> <bytes dropped> <cap>` |
 //! | `stdout.err`, `stderr.err` | the spoolers | a write error (`No space left on device`) |
 //! | `reason` | kill, deadline | `killed` or `deadline`, first one wins |
-//! | `exit` | runner (`exit.tmp` in place when the command ends, `mv` once both streams ended) | `<status> <ended at>` |
+//! | `exit` | runner, once both streams ended: created by `printf` (by `mv` of `exit.tmp` where that fails, as in earlier builds) | `<status> <ended at>`, a line: complete only with its newline. Missing while the job runs, so a poll's SFTP open of it fails at once: one round trip |
+//! | `exit.tmp` | start (padded), runner (in place, when the command ends) | as `exit` |
 //! | `failed` | the runner's stderr | why it could not start |
 //!
-//! Files written while the disk may be full (`pid`, `exit`, `reason`, the `.drop` and `.err`
-//! files) are created padded with spaces at the start and later overwritten in place (`1<>`),
-//! so writing them needs no new block. A reader treats a blank record as a missing one. Times
+//! Files written while the disk may be full (`pid`, `exit.tmp`, `reason`, the `.drop` and
+//! `.err` files) are created padded with spaces at the start and later overwritten in place
+//! (`1<>`), so writing them needs no new block (`exit` is new, but falls back to renaming the
+//! padded `exit.tmp`). A reader treats a blank record as a missing one. Times
 //! are the host's: `@<seconds since boot>` from `/proc/uptime` (read by a builtin), which the
 //! client turns into a time with the boot time in `/proc/stat`; earlier builds wrote
 //! `date +%s`, which is still read. (Jobs started by earlier builds also have `o.fifo`,
@@ -39,12 +42,16 @@
 //! `read` builtin (`/proc/PID/stat`, the boot id, the uptime, `reason`), never with `cat`,
 //! `date` or a subshell; files are written with `printf`; the claim is a redirection; the
 //! pipes are a pipeline's, not FIFOs; the start's text comes from the host's copy of the
-//! start library (only the job's own values travel). A start that creates the job directory
-//! execs `mkdir`; the runner is a fork of the start's shell, and it answers once the command
-//! is forked and leads its group: the spoolers' two `head`s and the command's `setsid` and
-//! `sh -c` start beside it, and `wc` only runs for a stream that reached its cap (see
-//! [`RUNNER`]). At the end the runner execs one `mv`. The start script reads the runner's
-//! answer on a pipe (the runner's stdout): `ok` once `pid` is recorded, or EOF when it dies before answering. (A command
+//! start library (only the job's own values travel). The job directory is made over SFTP
+//! beside the start (no process; the start execs `mkdir` only where it is missing). The
+//! runner is a fork of the start's shell; the spoolers' two `head`s and the command's
+//! `setsid` and `sh -c` start beside it, and `wc` only runs for a stream that reached its cap
+//! (see [`RUNNER`]). The command's own shell, leading its group, records its pid and
+//! answers ([`PRE`]); the runner then only waits, and at the end writes `exit` (`printf`). So
+//! the execs of a start are its own `/bin/sh`, `setsid`, the job's `sh` and the two
+//! `head`s, besides the command's. The start script reads the answer on a pipe (fd 3 of
+//! the runner and the job's shell): `ok` once `pid` is recorded, or EOF when the job died
+//! before answering. (A command
 //! substitution of the backgrounded runner does not do: dash leaks a saved copy of the pipe
 //! into the background job, fd 251, so the answer would wait for the job's end; in a
 //! pipeline the reader stops at the line.) Only a start that finds the directory there (a
@@ -86,21 +93,50 @@ const NAP: &str = "nap() { sleep \"$1\" 2>/dev/null || sleep 1; }\n";
 const CLOCK: &str = r#"clock() { u=; read -r u _ 2>/dev/null </proc/uptime; case $u in [0-9]*) u=@${u%.*} ;; *) u=- ;; esac; }
 "#;
 
+/// `pre`: the first words of the job's own shell, the `sh -c` that `setsid` started (for a
+/// `launch` file: the words before `. "$0"`). That shell leads its group by then, so it
+/// writes the `pid` record itself, `<its pid> <its start time> <runner pid> <runner start
+/// time> <boot id> <started at>` (the runner's two numbers and the job directory come as
+/// `$1`, `$2`, `$3`), says `ok` on fd 3 (the start's answer pipe), closes fd 3 and runs the
+/// command. A record it cannot write ends it with status 125 before the command runs, so
+/// the start fails instead of leaving an unrecorded job.
+///
+/// Why here and not in the runner: the runner could only wait until the command's `setsid`
+/// had run, by reading `/proc/PID/stat` in a loop (no `sleep` is short enough), and on two
+/// cores that loop took as much CPU as an exec. Its words leave nothing behind for the
+/// command: they are on the command's first line (so `$LINENO` and error messages keep the
+/// command's own line numbers), the positional parameters are cleared and its variables,
+/// all named `swiftide_job_*`, are unset.
+const PRE: &str = concat!(
+    "pre='",
+    r#"{ swiftide_job_r="$1 $2" swiftide_job_d=$3; "#,
+    r#"swiftide_job_s=; read -r swiftide_job_s </proc/$$/stat; "#,
+    r#"set -- ${swiftide_job_s##*) }; swiftide_job_t=${20:--}; "#,
+    r#"swiftide_job_b=; read -r swiftide_job_b </proc/sys/kernel/random/boot_id; "#,
+    r#"swiftide_job_u=; read -r swiftide_job_u _ </proc/uptime; "#,
+    r#"case $swiftide_job_u in [0-9]*) swiftide_job_u=@${swiftide_job_u%.*} ;; *) swiftide_job_u=- ;; esac; "#,
+    r#"printf "%s %s %s %s %s\n" "$$" "$swiftide_job_t" "$swiftide_job_r" "${swiftide_job_b:--}" "$swiftide_job_u" 1<>"$swiftide_job_d/pid" && echo ok >&3; "#,
+    r#"} 2>/dev/null || exit 125; exec 3>&-; set --; "#,
+    r#"unset swiftide_job_r swiftide_job_d swiftide_job_s swiftide_job_t swiftide_job_b swiftide_job_u; "#,
+    "'\n"
+);
+
 /// The runner, a function of the start library (see [`LIBRARY`]), forked by the start script
 /// as `runner <dir>` with its stdout on the pipe the start script reads its answer from. It
 /// spools the command's output through two pipes (`head -c cap` into the stream file; the
-/// rest, if any, counted by `wc -c`), starts the command in a session of its own, records its
-/// pid, start time and the boot id in the padded `pid` file, and its own pid and start time
-/// beside them (a fork has its parent's `$$`: its own pid comes from `/proc/self/stat`), says
-/// `ok`, arms the deadline, waits for the command, and writes `exit` once both streams have
-/// ended. Its last act ends the deadline's watchdog, if it still runs and is still the one it
-/// started (its start time); the job's group is the command's.
+/// rest, if any, counted by `wc -c`), starts the command in a session of its own, with its
+/// own pid and start time for the record (a fork has its parent's `$$`: its own pid comes
+/// from `/proc/self/stat`) and the answer pipe on fd 3: the command's shell records and
+/// answers ([`PRE`]). It arms the deadline, waits for the command, and writes `exit` once
+/// both streams have ended. Its last act ends the deadline's watchdog, if it still runs
+/// and is still the one it started (its start time); the job's group is the command's.
 ///
 /// Processes: the runner and the pipelines' shells are forks of the start script's shell (no
-/// exec); the execs are the two `head`s, the command's `setsid` and `sh -c`, and at the end
-/// one `mv`. `wc` runs only for a stream that reached its cap or failed: a spooler knows how
-/// much `head` wrote from the offset of the spool file it shares with it
-/// (`/proc/self/fdinfo/5`, a builtin `read`).
+/// exec); the execs are the two `head`s and the command's `setsid` and `sh -c` (and `mv` at the
+/// end only on a full disk). `wc` runs
+/// only for a stream that reached its cap or failed: a spooler knows how much `head` wrote
+/// from the offset of the spool file it shares with it (`/proc/self/fdinfo/5`, a builtin
+/// `read`).
 ///
 /// Why a fork and not `setsid /bin/sh`, as before: those were two execs on the start's
 /// critical path. The runner stays in the start script's process group, which nothing
@@ -118,24 +154,10 @@ spool() {
   printf '%s %s %s' "$r" "$n" "$cap" 1<>"$d/$1.drop"
 }
 job() {
-  if [ -n "$la" ]; then setsid sh -c "$la" 2>&4 3>&- 4>&- </dev/null &
-  else setsid /bin/sh "$d/launch" 2>&4 3>&- 4>&- </dev/null &
+  if [ -n "$la" ]; then setsid sh -c "$pre$la" sh "$me" "$rt" "$d" 2>&4 4>&- </dev/null &
+  else setsid /bin/sh -c "$pre"'. "$0"' "$d/launch" "$me" "$rt" "$d" 2>&4 4>&- </dev/null &
   fi
   c=$!
-  # The record must name a group that exists: wait (builtin reads, no sleep) until the
-  # command's `setsid` has run and it leads its own group (field 5 of its stat), or it ended.
-  n=0
-  while [ "$n" -lt 5000 ]; do
-    s=; read -r s 2>/dev/null <"/proc/$c/stat" || [ -n "$s" ] || break
-    s=${s##*) }; set -- $s
-    [ "$3" = "$c" ] && break
-    n=$((n + 1))
-  done
-  boot
-  st "$c"; ct=$t
-  st "$me"
-  clock
-  printf '%s %s %s %s %s %s\n' "$c" "$ct" "$me" "$t" "$bid" "$u" 1<>"$d/pid" && echo ok >&3
   exec 3>&- 4>&- >/dev/null
   wait "$c"; r=$?
   clock
@@ -144,6 +166,7 @@ job() {
 exec 3>&1
 # The runner's own pid (a fork's `$$` is its parent's), read here: `job` is a subshell.
 s=; read -r s </proc/self/stat; me=${s%% *}
+st "$me"; rt=$t
 w=
 if [ -n "$dl" ]; then
   # The deadline's watchdog. Its sleeps are its children, ended with it (the trap) when the
@@ -172,9 +195,11 @@ fi
 { job | { exec 5>"$d/stdout" 3>&- 4>&- >/dev/null; spool stdout; }; } 4>&1 |
   { exec 5>"$d/stderr" 3>&- >/dev/null; spool stderr; }
 exec 3>&- >/dev/null
-# Only a written status becomes `exit` (the command's waiter may have been killed).
-x=; read -r x _ 2>/dev/null <"$d/exit.tmp"
-[ -n "$x" ] && mv -f -- "$d/exit.tmp" "$d/exit"
+# Only a written status becomes `exit` (the command's waiter may have been killed). It is
+# created by a builtin (a reader takes it only once its line has its newline); where that
+# fails (a full disk: a new file needs a block), `exit.tmp` is renamed, as earlier builds did.
+x=; y=; read -r x y 2>/dev/null <"$d/exit.tmp"
+[ -n "$x" ] && { printf '%s %s\n' "$x" "$y" 2>/dev/null >"$d/exit" || mv -f -- "$d/exit.tmp" "$d/exit"; }
 if [ -n "$w" ]; then st "$w"; [ "$t" = "$wt" ] && kill -TERM "$w" 2>/dev/null; fi
 }
 "#;
@@ -263,12 +288,19 @@ recorded() { x=; read -r x 2>/dev/null <"$d/pid"; [ -n "$x" ]; }
 # Whether the runner start was claimed (a file now, a directory before).
 claimed() { [ -e "$d/started" ]; }
 exec 3>&2
-if mkdir -m 700 -- "$d" 2>/dev/null; then
+# The directory may be there already: the client makes it over SFTP beside this start (no
+# process), and only where it is missing is `mkdir` run. A new job is claimed by creating
+# `new` in it (`set -C`: `O_EXCL`), unless it holds a spec: a job of an earlier build, which
+# claimed it by its `mkdir`.
+[ -d "$d" ] || mkdir -m 700 -- "$d" 2>/dev/null || [ -d "$d" ] || { echo "cannot create $d" >&2; exit 3; }
+set -C
+if [ ! -e "$d/spec" ] && true 2>/dev/null >"$d/new"; then
+  set +C
   files
   new=1
 else
+  set +C
   new=
-  [ -d "$d" ] || { echo "cannot create $d" >&2; exit 3; }
   n=0
   while ! claimed && [ "$n" -lt 300 ]; do nap 0.01; n=$((n + 1)); done
   # The start that made the directory broke before its claim: write the files again.
@@ -286,7 +318,9 @@ if true 2>/dev/null >"$d/started"; then
       { [ -f "$d/pid" ] || printf '%256s' '' >"$d/pid"; }; } 2>/dev/null || unwritable
   fi
   # The runner's answer comes on the pipe: `ok` once `pid` is recorded, or EOF when it ends
-  # before that. The pipeline's first shell only forks it into the background.
+  # before that. The pipeline's first shell only forks it into the background (the
+  # pipeline itself in the background would not do: dash's `wait PID` waits for the whole
+  # pipeline, the runner included).
   if { (cd / && runner "$d") </dev/null 2>"$d/failed" 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&- & } |
     { r=; IFS= read -r r; [ "$r" = ok ]; }; then
     echo ok; exit 0
@@ -313,7 +347,7 @@ echo ok
 /// the host (see [`start`]); its name carries a hash of its text, so builds that differ in it
 /// never share a file.
 static LIBRARY: LazyLock<String> =
-    LazyLock::new(|| format!("{START_TIME}{BOOT_ID}{CLOCK}{NAP}{RUNNER}{START}"));
+    LazyLock::new(|| format!("{START_TIME}{BOOT_ID}{CLOCK}{NAP}{PRE}{RUNNER}{START}"));
 
 /// The library's path under the base directory `$b`, as shell text:
 /// `${b%/jobs}/lib/start-<hash>` (a sibling of the jobs, so that listing them never sees it).
@@ -348,13 +382,14 @@ pub(crate) enum StartForm {
 /// file with `.` (in blocks). The full form is sent only when the host had no copy: once per
 /// host and build, or after the copy was removed.
 ///
-/// A start that creates the directory runs one process, `mkdir`, besides the command's: the
-/// runner is a fork of this shell, the files are written with `printf`, the claim of the one
-/// runner start is a `set -C` (`O_EXCL`) redirection, and the answer comes on a pipe from the
-/// runner (no poll, no `sleep`; a pipeline's shells are forks). A start that finds the
-/// directory there (a second start with the same id, a retry after a broken connection)
-/// waits for the claim, compares the spec and, if the runner was started by another, polls
-/// for its `pid` record.
+/// A start runs no process of its own besides the job's (its `mkdir` only where the client
+/// did not make the directory over SFTP): the runner is a fork of this shell, the files are
+/// written with `printf`, the claims (of a new job, `new`; of the one runner start,
+/// `started`) are `set -C` (`O_EXCL`) redirections, and the answer comes on a pipe from the
+/// job's shell (no poll, no `sleep`; a pipeline's shells are forks). A start that finds the
+/// job claimed (a second start with the same id, a retry after a broken connection) waits
+/// for the runner's claim, compares the spec and, if the runner was started by another,
+/// polls for its `pid` record.
 pub(crate) fn start(spec: &Spec, launch: &Launch, form: StartForm) -> Vec<u8> {
     let mut script = BASE.as_bytes().to_vec();
     // The id is checked (letters, digits, `.`, `_`, `-`), so inside double quotes it is
@@ -416,7 +451,7 @@ pub(crate) fn kill(dir: &Path, grace: Duration) -> Vec<u8> {
     let ticks = grace.as_millis().div_ceil(50);
     script.extend_from_slice(format!("g={ticks}\n{START_TIME}{BOOT_ID}{NAP}").as_bytes());
     script.extend_from_slice(
-        br#"[ -f "$d/exit" ] && { echo ended; exit 0; }
+        br#"x=; read -r x _ 2>/dev/null <"$d/exit"; [ -n "$x" ] && { echo ended; exit 0; }
 [ -f "$d/pid" ] || { echo starting; exit 0; }
 read -r c cs rp rs bid t <"$d/pid"
 [ -n "$t" ] || { echo starting; exit 0; }

@@ -95,8 +95,12 @@ pub(crate) struct ExitRecord {
 }
 
 impl ExitRecord {
+    /// The record's line, complete only with its newline: the runner creates the file with
+    /// `printf` (one `write`, the newline last), so a read racing it may find the file empty
+    /// or with part of the line, which is no record yet.
     pub(crate) fn parse(bytes: &[u8]) -> Option<Self> {
-        let fields = fields(bytes)?;
+        let end = bytes.iter().position(|&byte| byte == b'\n')?;
+        let fields = fields(bytes.get(..end)?)?;
         let [code, ended] = fields.as_slice() else {
             return None;
         };
@@ -196,12 +200,15 @@ mod tests {
             Some(boot + Duration::from_secs(3600))
         );
         assert_eq!(
-            ExitRecord::parse(b"0 -").unwrap().ended_at,
+            ExitRecord::parse(b"0 -\n").unwrap().ended_at,
             HostTime::Unknown
         );
         assert_eq!(PidRecord::parse(b"12 345 11 340 abc-def @x"), None);
         assert_eq!(PidRecord::parse(b"      "), None);
-        let exit = ExitRecord::parse(b"143 1700000001   ").unwrap();
+        // A blank `exit` and a line without its newline yet are no record.
+        assert_eq!(ExitRecord::parse(b"      "), None);
+        assert_eq!(ExitRecord::parse(b"13      "), None);
+        let exit = ExitRecord::parse(b"143 1700000001\n   ").unwrap();
         assert_eq!(
             exit.status(),
             ExitStatus::Signal {
@@ -210,11 +217,11 @@ mod tests {
             }
         );
         assert_eq!(
-            ExitRecord::parse(b"3 1").unwrap().status(),
+            ExitRecord::parse(b"3 1\n").unwrap().status(),
             ExitStatus::Code(3)
         );
         assert_eq!(
-            ExitRecord::parse(b"200 1").unwrap().status(),
+            ExitRecord::parse(b"200 1\n").unwrap().status(),
             ExitStatus::Code(200)
         );
         assert_eq!(
