@@ -973,12 +973,14 @@ async fn jobs_work_under_every_login_shell() {
 #[tokio::test]
 async fn job_directories_are_private_however_they_were_made() {
     // An executor's first start makes its job directory with the script's `mkdir -m 700`;
-    // the later ones are made over SFTP beside the start (mode 700 asked, the umask applies).
-    // Both, and the state directories above them, must be 700.
+    // the later ones, once a poll has opened the SFTP channel, are made over SFTP beside the
+    // start (mode 700 asked, the umask applies). Both, and the state directories above
+    // them, must be 700.
     use std::os::unix::fs::PermissionsExt;
     let tb = testbed();
     let ex = executor(&tb).await;
     let first = ex.spawn_job("true", JobOptions::new()).await.unwrap();
+    first.wait(Duration::from_secs(10)).await.unwrap();
     let second = ex.spawn_job("true", JobOptions::new()).await.unwrap();
     let base = first.dir().parent().unwrap();
     for dir in [first.dir(), second.dir(), base, base.parent().unwrap()] {

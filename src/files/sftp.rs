@@ -806,6 +806,15 @@ impl SshExecutor {
         })?
     }
 
+    /// An SFTP channel a live connection holds already, if any: opens none, and waits for
+    /// nothing (a channel being opened right now counts as none).
+    pub(crate) fn open_sftp_channel(&self) -> Option<Arc<SftpChannel>> {
+        self.inner.registry.sessions().iter().find_map(|session| {
+            let slot = session.sftp.try_lock().ok()?;
+            held_channel(&slot).filter(|channel| !channel.is_broken())
+        })
+    }
+
     /// Forgets `channel` if its session still holds it, so the next call opens a new one.
     pub(crate) async fn forget(&self, channel: &Arc<SftpChannel>) {
         let Some(session) = channel.session.upgrade() else {

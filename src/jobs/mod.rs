@@ -41,7 +41,7 @@ use crate::{
     config::EnvPlan,
     error::{Error, Result, SftpStatus},
     executor::SshExecutor,
-    files::{Collected, Retry, run_collect, sftp_path},
+    files::{Collected, run_collect, sftp_path},
 };
 
 /// How many times a start whose connection broke is asked again (the id makes it safe).
@@ -247,27 +247,23 @@ impl SshExecutor {
     }
 
     /// Makes the job directory over SFTP, beside its start script, when the base directory
-    /// is known (after this executor's first start): an SFTP `mkdir` costs sshd no process,
-    /// where the script's `mkdir` is an exec. Best effort: the script makes the directory
-    /// itself if it is not there yet, and the script's claim (see `script::start`), not this
-    /// `mkdir`, decides whether the job is new.
+    /// is known (after this executor's first start) and a connection has an SFTP channel open
+    /// (none is opened for this): an SFTP `mkdir` costs sshd no process, where the script's
+    /// `mkdir` is an exec. Best effort: the script makes the directory itself if it is not
+    /// there yet, and the script's claim (see `script::start`), not this `mkdir`, decides
+    /// whether the job is new.
     async fn premake_job_dir(&self, id: &str) {
-        let Some(base) = self.inner.jobs_dir.get() else {
+        let (Some(base), Some(channel)) = (self.inner.jobs_dir.get(), self.open_sftp_channel())
+        else {
             return;
         };
         let dir = base.join(id);
         let Ok(path) = sftp_path(&dir) else {
             return;
         };
-        let made = self
-            .with_sftp(Retry::Never, |channel| async move {
-                channel
-                    .mkdir_private(path)
-                    .await
-                    .map_err(|e| self.sftp_error("mkdir", path, e))
-            })
-            .await;
-        if let Err(error) = made {
+        // Counts as running, so that retiring the connection does not close it meanwhile.
+        let _running = channel.running();
+        if let Err(error) = channel.mkdir_private(path).await {
             tracing::trace!(host = %self.inner.config.host, %id, %error, "no job directory made over SFTP; the start makes it");
         }
     }

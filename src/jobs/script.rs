@@ -42,8 +42,8 @@
 //! `read` builtin (`/proc/PID/stat`, the boot id, the uptime, `reason`), never with `cat`,
 //! `date` or a subshell; files are written with `printf`; the claim is a redirection; the
 //! pipes are a pipeline's, not FIFOs; the start's text comes from the host's copy of the
-//! start library (only the job's own values travel). The job directory is made over SFTP
-//! beside the start (no process; the start execs `mkdir` only where it is missing). The
+//! start library (only the job's own values travel). The job directory is made over an open
+//! SFTP channel beside the start (no process; the start execs `mkdir` where it is missing). The
 //! runner is a fork of the start's shell; the spoolers' two `head`s and the command's
 //! `setsid` and `sh -c` start beside it, and `wc` only runs for a stream that reached its cap
 //! (see [`RUNNER`]). The command's own shell, leading its group, records its pid and
