@@ -29,9 +29,9 @@
 //! Files written while the disk may be full (`pid`, `exit.tmp`, `reason`, the `.drop` and
 //! `.err` files) are created padded with spaces at the start and later overwritten in place
 //! (`1<>`), so writing them needs no new block (`exit` is new, but falls back to renaming the
-//! padded `exit.tmp`). A reader treats a blank record as a missing one. Times
-//! are the host's: `@<seconds since boot>` from `/proc/uptime` (read by a builtin), which the
-//! client turns into a time with the boot time in `/proc/stat`; earlier builds wrote
+//! padded `exit.tmp`). A reader treats a blank record as a missing one. Times are the host's:
+//! `@<seconds since boot>` from `/proc/uptime` (read by a builtin), which the client turns
+//! into a time with the boot time in `/proc/stat`; earlier builds wrote
 //! `date +%s`, which is still read. (Jobs started by earlier builds also have `o.fifo`,
 //! `e.fifo` and `ready` FIFOs; nothing reads them now.)
 //!
@@ -51,12 +51,11 @@
 //! the execs of a start are its own `/bin/sh`, `setsid`, the job's `sh` and the two
 //! `head`s, besides the command's. The start script reads the answer on a pipe (fd 3 of
 //! the runner and the job's shell): `ok` once `pid` is recorded, or EOF when the job died
-//! before answering. (A command
-//! substitution of the backgrounded runner does not do: dash leaks a saved copy of the pipe
-//! into the background job, fd 251, so the answer would wait for the job's end; in a
-//! pipeline the reader stops at the line.) Only a start that finds the directory there (a
-//! retry, a concurrent start) reads the spec back to compare it, and only one that did not
-//! start the runner itself polls for the `pid` record.
+//! before answering. (A command substitution of the backgrounded runner does not do: dash
+//! leaks a saved copy of the pipe into the background job, fd 251, so the answer would wait
+//! for the job's end; in a pipeline the reader stops at the line.) Only a start that finds
+//! the job claimed (a retry, a concurrent start) reads the spec back to compare it, and only
+//! one that did not start the runner itself polls for the `pid` record.
 
 use std::{path::Path, sync::LazyLock, time::Duration};
 
@@ -132,11 +131,10 @@ const PRE: &str = concat!(
 /// and is still the one it started (its start time); the job's group is the command's.
 ///
 /// Processes: the runner and the pipelines' shells are forks of the start script's shell (no
-/// exec); the execs are the two `head`s and the command's `setsid` and `sh -c` (and `mv` at the
-/// end only on a full disk). `wc` runs
-/// only for a stream that reached its cap or failed: a spooler knows how much `head` wrote
-/// from the offset of the spool file it shares with it (`/proc/self/fdinfo/5`, a builtin
-/// `read`).
+/// exec); the execs are the two `head`s and the command's `setsid` and `sh -c` (and `mv` at
+/// the end, only on a full disk). `wc` runs only for a stream that reached its cap or failed:
+/// a spooler knows how much `head` wrote from the offset of the spool file it shares with it
+/// (`/proc/self/fdinfo/5`, a builtin `read`).
 ///
 /// Why a fork and not `setsid /bin/sh`, as before: those were two execs on the start's
 /// critical path. The runner stays in the start script's process group, which nothing
