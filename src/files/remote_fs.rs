@@ -638,7 +638,7 @@ impl SshExecutor {
             }
         }
         for dir in missing.into_iter().rev() {
-            if let Err(error) = channel.mkdir(dir).await {
+            if let Err(error) = channel.mkdir(dir, None).await {
                 // Someone else may have created it meanwhile (mkdir then says "Failure").
                 let exists = channel
                     .stat(dir)

@@ -688,17 +688,11 @@ impl SftpChannel {
         let _ = self.raw.fsetstat(handle, attrs).await;
     }
 
-    pub(crate) async fn mkdir(&self, path: &str) -> Result<(), SftpError> {
-        self.raw
-            .mkdir(path, FileAttributes::empty())
-            .await
-            .map(drop)
-    }
-
-    /// `mkdir` with mode 700 (less the server's umask), private to the user.
-    pub(crate) async fn mkdir_private(&self, path: &str) -> Result<(), SftpError> {
+    /// `mkdir` with `mode` (less the server's umask); `None` leaves it to the server (0777
+    /// less the umask, for OpenSSH's sftp-server).
+    pub(crate) async fn mkdir(&self, path: &str, mode: Option<u32>) -> Result<(), SftpError> {
         let attrs = FileAttributes {
-            permissions: Some(0o700),
+            permissions: mode,
             ..FileAttributes::empty()
         };
         self.raw.mkdir(path, attrs).await.map(drop)
@@ -760,6 +754,11 @@ fn held_channel(slot: &Held) -> Option<Arc<SftpChannel>> {
         .and_then(|held| held.downcast::<SftpChannel>().ok())
 }
 
+/// The SFTP channel a pooled connection holds, unless it broke.
+fn live_channel(slot: &Held) -> Option<Arc<SftpChannel>> {
+    held_channel(slot).filter(|channel| !channel.is_broken())
+}
+
 fn unavailable(config: &crate::config::Config) -> Error {
     Error::SftpUnavailable {
         host: config.host.clone(),
@@ -783,7 +782,7 @@ impl SshExecutor {
             if slot.as_ref().is_some_and(|held| held.is::<NoSftp>()) {
                 return Err(unavailable(&executor.inner.config));
             }
-            if let Some(channel) = held_channel(&slot).filter(|channel| !channel.is_broken()) {
+            if let Some(channel) = live_channel(&slot) {
                 return Ok(channel);
             }
             match SftpChannel::open(&executor, &session).await {
@@ -809,10 +808,11 @@ impl SshExecutor {
     /// An SFTP channel a live connection holds already, if any: opens none, and waits for
     /// nothing (a channel being opened right now counts as none).
     pub(crate) fn open_sftp_channel(&self) -> Option<Arc<SftpChannel>> {
-        self.inner.registry.sessions().iter().find_map(|session| {
-            let slot = session.sftp.try_lock().ok()?;
-            held_channel(&slot).filter(|channel| !channel.is_broken())
-        })
+        self.inner
+            .registry
+            .sessions()
+            .iter()
+            .find_map(|session| live_channel(&*session.sftp.try_lock().ok()?))
     }
 
     /// Forgets `channel` if its session still holds it, so the next call opens a new one.

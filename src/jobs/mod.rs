@@ -263,7 +263,7 @@ impl SshExecutor {
         };
         // Counts as running, so that retiring the connection does not close it meanwhile.
         let _running = channel.running();
-        if let Err(error) = channel.mkdir_private(path).await {
+        if let Err(error) = channel.mkdir(path, Some(0o700)).await {
             tracing::trace!(host = %self.inner.config.host, %id, %error, "no job directory made over SFTP; the start makes it");
         }
     }

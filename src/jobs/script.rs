@@ -105,7 +105,9 @@ const CLOCK: &str = r#"clock() { u=; read -r u _ 2>/dev/null </proc/uptime; case
 /// cores that loop took as much CPU as an exec. Its words leave nothing behind for the
 /// command: they are on the command's first line (so `$LINENO` and error messages keep the
 /// command's own line numbers), the positional parameters are cleared and its variables,
-/// all named `swiftide_job_*`, are unset.
+/// all named `swiftide_job_*`, are unset. That is also why they repeat the reads of `st`,
+/// `boot` and `clock` rather than call them: those functions are not in the command's shell,
+/// and their variables (`s`, `t`, `bid`, `u`) could be the command's own.
 const PRE: &str = concat!(
     "pre='",
     r#"{ swiftide_job_r="$1 $2" swiftide_job_d=$3; "#,
@@ -345,7 +347,7 @@ echo ok
 /// the host (see [`start`]); its name carries a hash of its text, so builds that differ in it
 /// never share a file.
 static LIBRARY: LazyLock<String> =
-    LazyLock::new(|| format!("{START_TIME}{BOOT_ID}{CLOCK}{NAP}{PRE}{RUNNER}{START}"));
+    LazyLock::new(|| format!("{START_TIME}{CLOCK}{NAP}{PRE}{RUNNER}{START}"));
 
 /// The library's path under the base directory `$b`, as shell text:
 /// `${b%/jobs}/lib/start-<hash>` (a sibling of the jobs, so that listing them never sees it).
