@@ -60,8 +60,45 @@ fn binary_and_utf8() -> (String, Vec<u8>) {
     )
 }
 
+/// Output is readable while the job runs, a line without its newline included (a server's
+/// "listening" line): the spoolers write what they read at once.
+async fn output_is_readable_while_the_job_runs(ex: &SshExecutor) {
+    let live = ex
+        .spawn_job(
+            "printf 'listening on 3000'; printf warn >&2; exec sleep 60",
+            JobOptions::new(),
+        )
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = live.read(JobStream::Stdout, 0, 100).await.unwrap();
+        let err = live.read(JobStream::Stderr, 0, 100).await.unwrap();
+        if out.bytes[..] == b"listening on 3000"[..] && err.bytes[..] == b"warn"[..] {
+            assert!(!out.eof && !err.eof, "the streams ended while the job runs");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "after 10 s the running job's output reads {:?} and {:?}",
+            String::from_utf8_lossy(&out.bytes),
+            String::from_utf8_lossy(&err.bytes)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(matches!(
+        live.status().await.unwrap(),
+        JobStatus::Running { .. }
+    ));
+    assert_eq!(
+        live.kill(Duration::from_secs(1)).await.unwrap(),
+        JobStatus::Exited(signal("TERM"))
+    );
+    live.remove().await.unwrap();
+}
+
 /// The basic life of a job on `ex`: running, output by cursor (binary, UTF-8 split across
-/// reads), both streams, exit status, info, removal.
+/// reads, and readable while the job runs), both streams, exit status, info, removal.
 async fn life_of_a_job(ex: &SshExecutor) {
     let (print, expected) = binary_and_utf8();
     let command = format!("sleep 1; {print}; echo oops >&2; exit 3");
@@ -105,6 +142,8 @@ async fn life_of_a_job(ex: &SshExecutor) {
     assert!(took >= Duration::from_secs(1) || off(ended) < 60);
     assert_eq!(info.ended_by, None);
     assert!(ex.jobs().await.unwrap().iter().any(|j| j.id == job.id()));
+
+    Box::pin(output_is_readable_while_the_job_runs(ex)).await;
 
     // A job gets the login's umask, as a command does (the job directory is private).
     let umask = ex.run("umask").await.unwrap();
@@ -478,6 +517,38 @@ async fn hostile_commands_env_and_labels_are_replayed_exactly() {
     );
 }
 
+/// At the spool cap's edge (1000 bytes): exactly the cap drops nothing, one byte more drops
+/// that byte (the spooler counts the rest only when it wrote the whole cap), and output
+/// arriving in short pieces is capped by bytes, not by reads.
+async fn spool_cap_edges(ex: &SshExecutor) {
+    let pieces = "for i in 1 2 3; do head -c 400 /dev/zero | tr '\\0' b; sleep 0.1; done";
+    for (command, spooled, dropped) in [
+        ("head -c 999 /dev/zero | tr '\\0' b".to_owned(), 999, None),
+        ("head -c 1000 /dev/zero | tr '\\0' b".to_owned(), 1000, None),
+        (
+            "head -c 1001 /dev/zero | tr '\\0' b".to_owned(),
+            1000,
+            Some(1),
+        ),
+        (pieces.to_owned(), 1000, Some(200)),
+    ] {
+        let job = ex
+            .spawn_job(&command, JobOptions::new().spool_cap(1000))
+            .await
+            .unwrap();
+        job.wait(Duration::from_secs(10)).await.unwrap();
+        let read = read_all(&job, JobStream::Stdout, 1 << 20).await;
+        assert_eq!(read, vec![b'b'; spooled], "{command}");
+        let end = job
+            .read(JobStream::Stdout, spooled as u64, 100)
+            .await
+            .unwrap();
+        assert!(end.eof);
+        assert_eq!(end.dropped.map(|d| d.bytes), dropped, "{command}");
+        job.remove().await.unwrap();
+    }
+}
+
 #[tokio::test]
 async fn the_spool_cap_drops_the_rest_with_a_clear_error() {
     let tb = testbed();
@@ -527,30 +598,7 @@ async fn the_spool_cap_drops_the_rest_with_a_clear_error() {
         .sum();
     assert_eq!(spooled, 1000);
 
-    // At the cap's edge: exactly the cap drops nothing, one byte more drops that byte (the
-    // spooler counts the rest only when it wrote the whole cap).
-    for (written, dropped) in [(999u64, None), (1000, None), (1001, Some(1))] {
-        let job = ex
-            .spawn_job(
-                &format!("head -c {written} /dev/zero | tr '\\0' b"),
-                JobOptions::new().spool_cap(1000),
-            )
-            .await
-            .unwrap();
-        job.wait(Duration::from_secs(10)).await.unwrap();
-        let spooled = read_all(&job, JobStream::Stdout, 1 << 20).await;
-        assert_eq!(spooled, vec![b'b'; written.min(1000) as usize]);
-        let end = job
-            .read(JobStream::Stdout, written.min(1000), 100)
-            .await
-            .unwrap();
-        assert!(end.eof);
-        assert_eq!(
-            end.dropped.map(|d| d.bytes),
-            dropped,
-            "{written} bytes written"
-        );
-    }
+    spool_cap_edges(&ex).await;
 }
 
 #[tokio::test]
@@ -719,7 +767,8 @@ async fn docker_start(
 }
 
 /// In a container: the life of a job, a kill, then a job that lives through a network
-/// disconnect and a paused container, reattached from a new executor.
+/// disconnect and a paused container, reattached from a new executor; the spool cap's
+/// edges in the container's tools.
 async fn docker_row(image: swiftide_ssh_testbed::DockerImage) {
     let mut tb = docker_start(image).await;
     let ex = docker_builder(&tb).build().await.unwrap();
@@ -759,6 +808,8 @@ async fn docker_row(image: swiftide_ssh_testbed::DockerImage) {
         JobStatus::Exited(ExitStatus::Code(5))
     );
     assert_eq!(read_all(&job, JobStream::Stdout, 100).await, expected);
+    // The spool cap in the container's tools (BusyBox's `dd` in the Dropbear image).
+    spool_cap_edges(&ex).await;
 }
 
 #[tokio::test]

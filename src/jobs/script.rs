@@ -19,7 +19,7 @@
 //! | `started` | start | created with `O_EXCL` (`set -C`): claims the one start of the runner (a directory, made by `mkdir`, in jobs started by earlier builds; both count) |
 //! | `pid` | start (padded), the job's shell ([`PRE`], in place) | `<pid> <starttime> <runner pid> <runner starttime> <boot id> <started at>`; blank until recorded (earlier builds wrote it by temp + `mv`: missing until recorded) |
 //! | `stdout`, `stderr` | the spoolers | the output, exactly, up to the cap |
-//! | `stdout.drop`, `stderr.drop` | the spoolers, at the stream's end | `<head status> <bytes dropped> <cap>` |
+//! | `stdout.drop`, `stderr.drop` | the spoolers, at the stream's end | `<copier status> <bytes dropped> <cap>` |
 //! | `stdout.err`, `stderr.err` | the spoolers | a write error (`No space left on device`) |
 //! | `reason` | kill, deadline | `killed` or `deadline`, first one wins |
 //! | `exit` | runner, once both streams ended: created by `printf` (by `mv` of `exit.tmp` where that fails, as in earlier builds) | `<status> <ended at>`, a line: complete only with its newline. Missing while the job runs, so a poll's SFTP open of it fails at once: one round trip |
@@ -44,18 +44,18 @@
 //! pipes are a pipeline's, not FIFOs; the start's text comes from the host's copy of the
 //! start library (only the job's own values travel). The job directory is made over an open
 //! SFTP channel beside the start (no process; the start execs `mkdir` where it is missing). The
-//! runner is a fork of the start's shell; the spoolers' two `head`s and the command's
+//! runner is a fork of the start's shell; the spoolers' two copiers and the command's
 //! `setsid` and `sh -c` start beside it, and `wc` only runs for a stream that reached its cap
 //! (see [`RUNNER`]). The command's own shell, leading its group, records its pid and
 //! answers ([`PRE`]); the runner then only waits, and at the end writes `exit` (`printf`). So
 //! the execs of a start are its own `/bin/sh`, `setsid`, the job's `sh` and the two
-//! `head`s, besides the command's. The start script reads the answer on a pipe (fd 3 of
-//! the runner and the job's shell): `ok` once `pid` is recorded, or EOF when the job died
-//! before answering. (A command substitution of the backgrounded runner does not do: dash
-//! leaks a saved copy of the pipe into the background job, fd 251, so the answer would wait
-//! for the job's end; in a pipeline the reader stops at the line.) Only a start that finds
-//! the job claimed (a retry, a concurrent start) reads the spec back to compare it, and only
-//! one that did not start the runner itself polls for the `pid` record.
+//! copiers (`head`, unbuffered), besides the command's. The start script reads the answer on
+//! a pipe (fd 3 of the runner and the job's shell): `ok` once `pid` is recorded, or EOF when
+//! the job died before answering. (A command substitution of the backgrounded runner does
+//! not do: dash leaks a saved copy of the pipe into the background job, fd 251, so the
+//! answer would wait for the job's end; in a pipeline the reader stops at the line.) Only a
+//! start that finds the job claimed (a retry, a concurrent start) reads the spec back to
+//! compare it, and only one that did not start the runner itself polls for the `pid` record.
 
 use std::{path::Path, sync::LazyLock, time::Duration};
 
@@ -124,8 +124,9 @@ const PRE: &str = concat!(
 
 /// The runner, a function of the start library (see [`LIBRARY`]), forked by the start script
 /// as `runner <dir>` with its stdout on the pipe the start script reads its answer from. It
-/// spools the command's output through two pipes (`head -c cap` into the stream file; the
-/// rest, if any, counted by `wc -c`), starts the command in a session of its own, with its
+/// spools the command's output through two pipes (`head -c cap` into the stream file,
+/// unbuffered, or BusyBox's `dd` (see the copier's choice in the text); the rest, if any,
+/// counted by `wc -c`), starts the command in a session of its own, with its
 /// own pid and start time for the record (a fork has its parent's `$$`: its own pid comes
 /// from `/proc/self/stat`) and the answer pipe on fd 3: the command's shell records and
 /// answers ([`PRE`]). It arms the deadline, waits for the command, and writes `exit` once
@@ -133,10 +134,19 @@ const PRE: &str = concat!(
 /// and is still the one it started (its start time); the job's group is the command's.
 ///
 /// Processes: the runner and the pipelines' shells are forks of the start script's shell (no
-/// exec); the execs are the two `head`s and the command's `setsid` and `sh -c` (and `mv` at
+/// exec); the execs are the two copiers and the command's `setsid` and `sh -c` (and `mv` at
 /// the end, only on a full disk). `wc` runs only for a stream that reached its cap or failed:
-/// a spooler knows how much `head` wrote from the offset of the spool file it shares with it
-/// (`/proc/self/fdinfo/5`, a builtin `read`).
+/// a spooler knows how much its copier wrote from the offset of the spool file it shares with
+/// it (`/proc/self/fdinfo/5`, a builtin `read`).
+///
+/// The copier writes what it reads at once, so that a running job's output can be read
+/// (a dev server's "listening" line, a prompt without its newline). GNU `head` alone would
+/// not: its output into a file is stdio-buffered, up to 4 KiB held until the job ends. It runs
+/// with coreutils' `libstdbuf` preloaded (`_STDBUF_O=0`: what `stdbuf -o0` does, without
+/// its exec), or under `stdbuf -o0` where the library is not at a known path; BusyBox, whose
+/// `head` buffers too, spools with its `dd`, which counts `count=` in bytes across short
+/// reads (`iflag=count_bytes`; GNU `dd` counts reads). Plain `head` remains only on a host
+/// with none of these.
 ///
 /// Why a fork and not `setsid /bin/sh`, as before: those were two execs on the start's
 /// critical path. The runner stays in the start script's process group, which nothing
@@ -147,7 +157,12 @@ const RUNNER: &str = r#"runner() {
 d=$1
 . "$d/params"
 spool() {
-  head -c "$cap" >&5 2<>"$d/$1.err"; r=$?
+  case $cw in
+  l) _STDBUF_O=0 LD_PRELOAD=$cl head -c "$cap" >&5 2<>"$d/$1.err" ;;
+  s) stdbuf -o0 head -c "$cap" >&5 2<>"$d/$1.err" ;;
+  b) busybox dd bs=65536 count="$cap" iflag=count_bytes status=none >&5 2<>"$d/$1.err" ;;
+  *) head -c "$cap" >&5 2<>"$d/$1.err" ;;
+  esac; r=$?
   k=; p=; read -r k p 2>/dev/null <"/proc/self/fdinfo/5"
   if [ "$r" = 0 ] && [ "$k" = pos: ] && [ "$p" -lt "$cap" ] 2>/dev/null; then n=0
   else n=$(wc -c); n=$((n + 0)); fi
@@ -164,9 +179,21 @@ job() {
   printf '%s %s\n' "$r" "$u" 1<>"$d/exit.tmp"
 }
 exec 3>&1
-# The runner's own pid (a fork's `$$` is its parent's), read here: `job` is a subshell.
+# The runner's own pid and start time (a fork's `$$` is its parent's), read here: `job`
+# is a subshell.
 s=; read -r s </proc/self/stat; me=${s%% *}
-st "$me"; rt=$t
+s=${s##*) }; set -- $s; rt=${20:--}
+# The spoolers' copier, one that writes what it reads at once (see the runner's docs):
+# GNU `head` unbuffered by libstdbuf (l) or `stdbuf -o0` (s), else BusyBox's `dd` (b).
+cw=
+for cl in /usr/libexec/coreutils/libstdbuf.so /usr/lib/coreutils/libstdbuf.so /usr/lib64/coreutils/libstdbuf.so /usr/local/libexec/coreutils/libstdbuf.so; do
+  [ -r "$cl" ] && { cw=l; break; }
+done
+if [ -n "$cw" ]; then :
+elif command -v stdbuf >/dev/null 2>&1; then cw=s
+elif command -v busybox >/dev/null 2>&1 &&
+  busybox dd count=0 iflag=count_bytes status=none </dev/null >/dev/null 2>&1; then cw=b
+fi
 w=
 if [ -n "$dl" ]; then
   # The deadline's watchdog. Its sleeps are its children, ended with it (the trap) when the
