@@ -770,8 +770,9 @@ impl Job {
     }
 
     /// Live output from `cursor` until both streams have ended, as [`OutputChunk`]s (stdout
-    /// and stderr interleaved by poll, each in exact order). Polls the spool files, from
-    /// every 50 ms while output flows to every second when idle. If a stream dropped output
+    /// and stderr interleaved by poll, each in exact order). Polls the spool files, both
+    /// streams at once (one round trip over SFTP), from every 50 ms while output flows to
+    /// every second when idle. If a stream dropped output
     /// (spool cap, full disk), the last item is [`Error::JobOutputDropped`].
     ///
     /// # Cancel safety
@@ -808,18 +809,33 @@ impl Job {
                     tokio::time::sleep(state.idle).await;
                 }
                 let mut got = false;
-                for (index, stream) in [JobStream::Stdout, JobStream::Stderr]
-                    .into_iter()
-                    .enumerate()
-                {
-                    if state.done[index] {
-                        continue;
+                // Both streams at once: one round trip a poll, not two.
+                let read = |index: usize, stream: JobStream, offset: u64| {
+                    let (job, done) = (&state.job, state.done[index]);
+                    async move {
+                        if done {
+                            None
+                        } else {
+                            Some(job.read(stream, offset, 1 << 20).await)
+                        }
                     }
+                };
+                let (stdout, stderr) = tokio::join!(
+                    read(0, JobStream::Stdout, state.cursor.stdout),
+                    read(1, JobStream::Stderr, state.cursor.stderr)
+                );
+                for (index, stream, read) in [
+                    (0, JobStream::Stdout, stdout),
+                    (1, JobStream::Stderr, stderr),
+                ] {
+                    let Some(read) = read else {
+                        continue;
+                    };
                     let offset = match stream {
                         JobStream::Stdout => &mut state.cursor.stdout,
                         JobStream::Stderr => &mut state.cursor.stderr,
                     };
-                    let output = match state.job.read(stream, *offset, 1 << 20).await {
+                    let output = match read {
                         Ok(output) => output,
                         Err(error) => {
                             state.finished = true;
