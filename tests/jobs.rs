@@ -637,6 +637,59 @@ async fn prune_removes_only_jobs_that_ended_long_enough_ago() {
     running.remove().await.unwrap();
 }
 
+#[tokio::test]
+async fn jobs_past_their_retention_are_pruned_after_a_start() {
+    // Its own state directory, as in the prune test: these executors' housekeeping takes
+    // every job of the account that ended long enough ago.
+    let state = tempfile::tempdir().unwrap();
+    let tb = Testbed::builder()
+        .sshd_config_line(format!("SetEnv XDG_STATE_HOME={}", state.path().display()))
+        .start()
+        .unwrap();
+    // Without a retention nothing is pruned, however long ago a job ended.
+    let keeping = builder(&tb).job_retention(None).build().await.unwrap();
+    let old = keeping.spawn_job("true", JobOptions::new()).await.unwrap();
+    old.wait(Duration::from_secs(10)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2200)).await;
+    let second = keeping.spawn_job("true", JobOptions::new()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(
+        keeping.job(old.id()).await.is_ok(),
+        "pruned without a retention"
+    );
+
+    // With one, the first start prunes what ended that long ago, in the background; the
+    // running job stays.
+    let pruning = builder(&tb)
+        .job_retention(Some(Duration::from_secs(1)))
+        .build()
+        .await
+        .unwrap();
+    let running = pruning
+        .spawn_job("sleep 30", JobOptions::new())
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pruning.job(old.id()).await.is_ok() {
+        assert!(
+            Instant::now() < deadline,
+            "a job that ended 3 s ago was not pruned with a retention of 1 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(matches!(
+        pruning.job(old.id()).await,
+        Err(Error::JobNotFound { .. })
+    ));
+    assert!(matches!(
+        running.status().await.unwrap(),
+        JobStatus::Running { .. }
+    ));
+    running.kill(Duration::ZERO).await.unwrap();
+    running.remove().await.unwrap();
+    let _ = second.remove().await;
+}
+
 fn dropbear(sftp: bool) -> Testbed {
     Testbed::builder()
         .dropbear()

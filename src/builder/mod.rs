@@ -43,6 +43,7 @@ pub struct SshExecutorBuilder {
     kill_grace: Duration,
     kill_on_disconnect: bool,
     max_output_bytes: Option<usize>,
+    job_retention: Option<Duration>,
     /// Jump hosts in order, client side first (`ssh/jump.rs`).
     pub(crate) jump_hosts: Vec<JumpHost>,
     /// The jump hosts came from an ssh_config `ProxyJump`: an explicit `jump_host`
@@ -99,6 +100,7 @@ impl Default for SshExecutorBuilder {
             kill_grace: Duration::from_secs(1),
             kill_on_disconnect: true,
             max_output_bytes: None,
+            job_retention: Some(Duration::from_secs(7 * 24 * 3600)),
             jump_hosts: Vec::new(),
             jump_hosts_from_file: false,
             file_auth: Vec::new(),
@@ -431,6 +433,21 @@ impl SshExecutorBuilder {
         self
     }
 
+    /// How long the host keeps a job after it ended. The executor's housekeeping removes the
+    /// jobs that ended at least this long ago (by the host's clock), with their output, as
+    /// [`prune_jobs`](SshExecutor::prune_jobs) does; running and lost jobs stay. It runs in a
+    /// task of its own after a [`spawn_job`](SshExecutor::spawn_job), so a start never waits
+    /// for it, and at most once an hour per executor (once per retention, if shorter): one
+    /// exec on the host. The jobs are the login's, so the shortest retention of the
+    /// executors using that login on that host wins. `None` keeps them until
+    /// [`Job::remove`](crate::Job::remove) or `prune_jobs`. Defaults to 7 days.
+    /// [`build`](Self::build) refuses more than 2³¹ − 1 seconds (about 68 years) with
+    /// [`Error::DurationTooLong`].
+    pub fn job_retention(mut self, retention: Option<Duration>) -> Self {
+        self.job_retention = retention;
+        self
+    }
+
     pub(crate) fn into_config(self) -> Result<Config> {
         let config_error = |reason: &str| Error::Config {
             reason: reason.to_owned(),
@@ -458,6 +475,7 @@ impl SshExecutorBuilder {
         limit::check_optional("max_connection_lifetime", self.max_connection_lifetime)?;
         limit::check_optional("keepalive_interval", self.keepalive_interval)?;
         limit::check("kill_grace", self.kill_grace)?;
+        limit::check_optional("job_retention", self.job_retention)?;
         let mut auth = self.auth;
         if auth.is_empty() {
             auth = self.file_auth;
@@ -504,6 +522,7 @@ impl SshExecutorBuilder {
             kill_grace: self.kill_grace,
             kill_on_disconnect: self.kill_on_disconnect,
             max_output_bytes: self.max_output_bytes,
+            job_retention: self.job_retention,
             drain_timeout: Duration::from_secs(2),
             jump_hosts,
         };

@@ -49,6 +49,8 @@ pub(crate) struct Config {
     pub(crate) kill_grace: Duration,
     pub(crate) kill_on_disconnect: bool,
     pub(crate) max_output_bytes: Option<usize>,
+    /// Jobs that ended at least this long ago are pruned after a start (`jobs`).
+    pub(crate) job_retention: Option<Duration>,
     pub(crate) drain_timeout: Duration,
     /// Jump hosts, client side first, with every setting decided.
     pub(crate) jump_hosts: Vec<Hop>,
@@ -83,6 +85,7 @@ impl fmt::Debug for Config {
             .field("kill_grace", &self.kill_grace)
             .field("kill_on_disconnect", &self.kill_on_disconnect)
             .field("max_output_bytes", &self.max_output_bytes)
+            .field("job_retention", &self.job_retention)
             .field("jump_hosts", &self.jump_hosts)
             .finish()
     }

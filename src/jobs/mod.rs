@@ -47,6 +47,10 @@ use crate::{
 /// How many times a start whose connection broke is asked again (the id makes it safe).
 const START_ATTEMPTS: u32 = 3;
 
+/// How often, at most, an executor prunes the jobs past their retention (an exec that reads
+/// every job's `exit` record).
+const PRUNE_INTERVAL: Duration = Duration::from_secs(3600);
+
 /// The largest record file read (`pid`, `exit`, `.drop`, `/proc/PID/stat`).
 const RECORD_MAX: u64 = 4096;
 
@@ -366,7 +370,10 @@ impl SshExecutor {
         let base = PathBuf::from(base);
         let _ = self.inner.jobs_dir.set(base.clone());
         match outcome {
-            "ok" => Ok(Job::new(self, base.join(&id), id)),
+            "ok" => {
+                self.prune_in_background();
+                Ok(Job::new(self, base.join(&id), id))
+            }
             "differs" => Err(Error::JobExists {
                 host: config.host.clone(),
                 id,
@@ -439,6 +446,38 @@ impl SshExecutor {
             }
         }
         Ok(out)
+    }
+
+    /// The housekeeping of [`job_retention`](crate::SshExecutorBuilder::job_retention): prunes
+    /// the jobs past it in a task of its own, at most once per [`PRUNE_INTERVAL`] (or per
+    /// retention, if shorter) per executor. Best effort: a failure is only logged, and the
+    /// next interval tries again.
+    fn prune_in_background(&self) {
+        let Some(retention) = self.inner.config.job_retention else {
+            return;
+        };
+        {
+            let Ok(mut last) = self.inner.jobs_pruned_at.lock() else {
+                return;
+            };
+            if last.is_some_and(|at| at.elapsed() < retention.min(PRUNE_INTERVAL)) {
+                return;
+            }
+            *last = Some(std::time::Instant::now());
+        }
+        let executor = self.clone();
+        tokio::spawn(async move {
+            let host = &executor.inner.config.host;
+            match executor.prune_jobs(retention).await {
+                Ok(removed) if !removed.is_empty() => {
+                    tracing::debug!(%host, removed = removed.len(), "pruned jobs past their retention");
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::debug!(%host, %error, "pruning jobs past their retention failed")
+                }
+            }
+        });
     }
 
     /// Removes the jobs that ended at least `older_than` ago (by the host's clock, so the

@@ -117,6 +117,8 @@ pub(crate) struct Pool {
     /// The host's boot id and boot time, as jobs last read them (their records keep times
     /// since boot).
     pub(crate) host_boot: Mutex<Option<(String, std::time::SystemTime)>>,
+    /// When the jobs layer last started pruning the jobs past their retention.
+    pub(crate) jobs_pruned_at: Mutex<Option<std::time::Instant>>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -158,6 +160,7 @@ impl Pool {
             closed: AtomicBool::new(false),
             jobs_dir: tokio::sync::OnceCell::new(),
             host_boot: Mutex::new(None),
+            jobs_pruned_at: Mutex::new(None),
         })
     }
 
