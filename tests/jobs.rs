@@ -601,15 +601,21 @@ async fn the_spool_cap_drops_the_rest_with_a_clear_error() {
     spool_cap_edges(&ex).await;
 }
 
-#[tokio::test]
-async fn prune_removes_only_jobs_that_ended_long_enough_ago() {
-    // Its own state directory (sshd's `SetEnv`): a prune takes every job of the account that
-    // ended long enough ago, and the other tests' finished jobs are not this test's to take.
+/// A testbed whose login keeps its jobs in a state directory of its own (sshd's `SetEnv`):
+/// a prune takes every job of the account that ended long enough ago, and the other tests'
+/// finished jobs are not a pruning test's to take. Keep the directory while the testbed runs.
+fn testbed_with_own_state() -> (tempfile::TempDir, Testbed) {
     let state = tempfile::tempdir().unwrap();
     let tb = Testbed::builder()
         .sshd_config_line(format!("SetEnv XDG_STATE_HOME={}", state.path().display()))
         .start()
         .unwrap();
+    (state, tb)
+}
+
+#[tokio::test]
+async fn prune_removes_only_jobs_that_ended_long_enough_ago() {
+    let (state, tb) = testbed_with_own_state();
     let ex = executor(&tb).await;
     let done = ex.spawn_job("true", JobOptions::new()).await.unwrap();
     assert!(done.dir().starts_with(state.path()), "{:?}", done.dir());
@@ -639,13 +645,7 @@ async fn prune_removes_only_jobs_that_ended_long_enough_ago() {
 
 #[tokio::test]
 async fn jobs_past_their_retention_are_pruned_after_a_start() {
-    // Its own state directory, as in the prune test: these executors' housekeeping takes
-    // every job of the account that ended long enough ago.
-    let state = tempfile::tempdir().unwrap();
-    let tb = Testbed::builder()
-        .sshd_config_line(format!("SetEnv XDG_STATE_HOME={}", state.path().display()))
-        .start()
-        .unwrap();
+    let (_state, tb) = testbed_with_own_state();
     // Without a retention nothing is pruned, however long ago a job ended.
     let keeping = builder(&tb).job_retention(None).build().await.unwrap();
     let old = keeping.spawn_job("true", JobOptions::new()).await.unwrap();
