@@ -40,6 +40,8 @@ use swiftide_ssh_executor::{
 const DEFAULT_TIMEOUT_SECS: u64 = 600;
 /// The default `--max-output-bytes`.
 const DEFAULT_MAX_OUTPUT_BYTES: usize = 1024 * 1024;
+/// The default `--job-retention-days`, the library's `job_retention`.
+const DEFAULT_JOB_RETENTION_DAYS: u64 = 7;
 
 /// An MCP server (stdio) that runs commands and file operations on one remote host over
 /// pooled SSH connections.
@@ -174,6 +176,15 @@ struct Tools {
         env = "SWIFTIDE_SSH_CONNECT_TIMEOUT"
     )]
     connect_timeout_secs: Option<u64>,
+    /// Jobs that ended at least this many days ago are removed from the host after a job
+    /// start (0 = keep them until removed).
+    #[arg(
+        long = "job-retention-days",
+        value_name = "DAYS",
+        env = "SWIFTIDE_SSH_JOB_RETENTION_DAYS",
+        default_value_t = DEFAULT_JOB_RETENTION_DAYS
+    )]
+    job_retention_days: u64,
     /// Logs go to stderr (stdout carries the protocol).
     #[arg(
         long,
@@ -298,6 +309,9 @@ impl Cli {
         if let Some(secs) = tools.connect_timeout_secs {
             builder = builder.connect_timeout(Duration::from_secs(secs));
         }
+        let days = tools.job_retention_days;
+        builder = builder
+            .job_retention((days > 0).then(|| Duration::from_secs(days.saturating_mul(24 * 3600))));
         Ok(builder.max_output_bytes(Some(tools.max_output_bytes)))
     }
 

@@ -65,6 +65,10 @@ fn help_and_version_are_generated_and_name_every_flag_and_variable() {
         ("--timeout <SECS>", "SWIFTIDE_SSH_TIMEOUT"),
         ("--max-output-bytes <N>", "SWIFTIDE_SSH_MAX_OUTPUT_BYTES"),
         ("--connect-timeout <SECS>", "SWIFTIDE_SSH_CONNECT_TIMEOUT"),
+        (
+            "--job-retention-days <DAYS>",
+            "SWIFTIDE_SSH_JOB_RETENTION_DAYS",
+        ),
         ("--log-level <LEVEL>", "SWIFTIDE_SSH_LOG_LEVEL"),
     ] {
         assert!(help.contains(flag), "--help lacks {flag}:\n{help}");
