@@ -31,7 +31,11 @@ const MATRIX_PACKAGES: &str =
 #[derive(Debug, Clone)]
 enum Row {
     OpenSsh(LoginShell),
-    Dropbear { sftp: bool },
+    Dropbear {
+        sftp: bool,
+    },
+    /// OpenSSH, the default login, and `/bin/sh` replaced by this shell (`bin_sh`).
+    BinSh(LoginShell),
 }
 
 impl Row {
@@ -40,6 +44,7 @@ impl Row {
             Row::OpenSsh(shell) => format!("openssh/{}", shell.name()),
             Row::Dropbear { sftp: true } => "dropbear/sftp".to_owned(),
             Row::Dropbear { sftp: false } => "dropbear/no-sftp".to_owned(),
+            Row::BinSh(shell) => format!("openssh/bin-sh-{}", shell.name()),
         }
     }
 
@@ -54,7 +59,7 @@ impl Row {
                     | LoginShell::Zsh
                     | LoginShell::Mksh
                     | LoginShell::BusyboxAsh
-            )
+            ) | Row::BinSh(_)
         )
     }
 
@@ -88,6 +93,7 @@ impl Row {
                 .dropbear()
                 .sftp(*sftp)
                 .login_shell(LoginShell::Dash),
+            Row::BinSh(shell) => Testbed::builder().bin_sh(shell.clone()),
         };
         builder.start().unwrap_or_else(|e| {
             panic!(
@@ -467,6 +473,36 @@ matrix_row!(openssh_fish, Row::OpenSsh(LoginShell::Fish));
 matrix_row!(openssh_tcsh, Row::OpenSsh(LoginShell::Tcsh));
 matrix_row!(dropbear_sftp, Row::Dropbear { sftp: true });
 matrix_row!(dropbear_no_sftp, Row::Dropbear { sftp: false });
+
+/// Hosts whose `/bin/sh` is not dash (Fedora, RHEL and Arch have bash there, Alpine
+/// BusyBox ash): the bootstrap, the wrapper and the command's `sh -c` run in that shell.
+/// No differential row: LocalExecutor here runs dash, so shell-specific output (`echo -e`)
+/// would differ for the shell's reasons, not the executor's.
+macro_rules! bin_sh_row {
+    ($module:ident, $shell:expr) => {
+        mod $module {
+            use super::*;
+
+            #[tokio::test]
+            async fn kill_on_timeout_cancel_and_disconnect() {
+                kills(Row::BinSh($shell)).await;
+            }
+
+            #[tokio::test]
+            async fn file_commands() {
+                files(Row::BinSh($shell)).await;
+            }
+
+            #[tokio::test]
+            async fn exit_statuses() {
+                statuses(Row::BinSh($shell)).await;
+            }
+        }
+    };
+}
+
+bin_sh_row!(bin_sh_bash, LoginShell::Bash);
+bin_sh_row!(bin_sh_busybox_ash, LoginShell::BusyboxAsh);
 
 /// A login shell that is not what `$SHELL` says (fish, with the server setting
 /// `SHELL=/bin/bash`): the direct request is not run (no marker comes back), nothing ran,

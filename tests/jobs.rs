@@ -1075,6 +1075,38 @@ async fn jobs_work_under_every_login_shell() {
 }
 
 #[tokio::test]
+async fn jobs_work_where_bin_sh_is_bash_or_busybox() {
+    // Fedora, RHEL and Arch hosts have bash as `/bin/sh`, Alpine BusyBox ash: the start
+    // script, its library, the runner and the command's `sh -c` all run in that shell.
+    for (shell, says) in [
+        (LoginShell::Bash, "bash"),
+        (LoginShell::BusyboxAsh, "busybox"),
+    ] {
+        let tb = Testbed::builder()
+            .bin_sh(shell)
+            .start()
+            .unwrap_or_else(|e| panic!("cannot start the testbed: {e}"));
+        let ex = builder(&tb).build().await.unwrap();
+        let job = ex
+            .spawn_job(
+                "if [ -n \"$BASH_VERSION\" ]; then echo bash; \
+                 elif [ /proc/$$/exe -ef \"$(command -v busybox)\" ]; then echo busybox; \
+                 else echo neither; fi",
+                JobOptions::new(),
+            )
+            .await
+            .unwrap();
+        job.wait(Duration::from_secs(10)).await.unwrap();
+        assert_eq!(
+            String::from_utf8(read_all(&job, JobStream::Stdout, 1 << 20).await).unwrap(),
+            format!("{says}\n"),
+            "the job's shell"
+        );
+        life_of_a_job(&ex).await;
+    }
+}
+
+#[tokio::test]
 async fn job_directories_are_private_however_they_were_made() {
     // An executor's first start makes its job directory with the script's `mkdir -m 700`;
     // the later ones, once a poll has opened the SFTP channel, are made over SFTP beside the

@@ -139,18 +139,7 @@ pub(crate) fn program_and_args(params: &DropbearParams<'_>) -> (PathBuf, Vec<Str
     match params.hide_sftp_server {
         None => (params.dropbear.to_owned(), args),
         Some(sftp) => {
-            let mut all: Vec<String> = [
-                "--mount",
-                "--propagation",
-                "private",
-                "--",
-                "/bin/sh",
-                "-c",
-                HIDE_SCRIPT,
-            ]
-            .into_iter()
-            .map(str::to_owned)
-            .collect();
+            let mut all = system::private_mount_namespace_args(HIDE_SCRIPT);
             all.push(sftp.to_string_lossy().into_owned());
             all.push(params.dropbear.to_string_lossy().into_owned());
             all.extend(args);

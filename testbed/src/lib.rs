@@ -119,6 +119,10 @@ const FREEZE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How many ephemeral ports are tried when sshd cannot bind one.
 const PORT_ATTEMPTS: u32 = 5;
 
+/// [`TestbedBuilder::bin_sh`]: run by the machine's `/bin/sh` in the new mount namespace
+/// as `sh -c SCRIPT <shell> <file /bin/sh names> <server> <args>...`.
+const BIN_SH_SCRIPT: &str = r#"mount --bind "$0" "$1" && shift && exec "$@""#;
+
 /// How many times a restart on the same port is tried when the port is busy.
 const RESTART_ATTEMPTS: u32 = 3;
 
@@ -161,6 +165,7 @@ pub struct TestbedBuilder {
     sftp: bool,
     login_shell: Option<LoginShell>,
     home_files: Vec<(PathBuf, Vec<u8>)>,
+    bin_sh: Option<LoginShell>,
 }
 
 impl Default for TestbedBuilder {
@@ -179,6 +184,7 @@ impl Default for TestbedBuilder {
             sftp: true,
             login_shell: None,
             home_files: Vec::new(),
+            bin_sh: None,
         }
     }
 }
@@ -404,6 +410,22 @@ impl TestbedBuilder {
         self
     }
 
+    /// What `/bin/sh` is for the server and every session: `shell`'s binary, bind-mounted
+    /// over the file `/bin/sh` names (Debian's dash) in a private mount namespace
+    /// (`unshare --mount --propagation private`), so that a host whose `/bin/sh` is bash
+    /// (Fedora, RHEL, Arch) or BusyBox ash can be tested on this machine. Programs started
+    /// as `sh` or `/bin/sh` get that shell (bash then runs in its POSIX mode); the rest of
+    /// the file system looks the same to sessions.
+    ///
+    /// Requires root (else [`start`](Self::start) fails with [`TestbedError::NotRoot`])
+    /// and util-linux's `unshare`.
+    ///
+    /// Defaults to the machine's own `/bin/sh`.
+    pub fn bin_sh(mut self, shell: LoginShell) -> Self {
+        self.bin_sh = Some(shell);
+        self
+    }
+
     /// Sets up the keys, accounts and configuration, starts sshd and waits until it
     /// sends its SSH banner.
     ///
@@ -413,8 +435,8 @@ impl TestbedBuilder {
     /// [`TestbedError::ProgramNotFound`] without Dropbear, `dropbearkey`, the login
     /// shell, BusyBox or Dropbear's SFTP server when they are needed,
     /// [`TestbedError::NotRoot`] for [`TestbedBuilder::unprivileged_user`],
-    /// [`TestbedBuilder::login_shell`], [`TestbedBuilder::dropbear`] or
-    /// [`TestbedBuilder::network_namespace`] without root,
+    /// [`TestbedBuilder::login_shell`], [`TestbedBuilder::dropbear`],
+    /// [`TestbedBuilder::bin_sh`] or [`TestbedBuilder::network_namespace`] without root,
     /// [`TestbedError::Unsupported`] for `sshd_config` lines with Dropbear,
     /// [`TestbedError::MissingPrivsepDir`] when `/run/sshd` is missing and cannot be
     /// created, [`TestbedError::StartFailed`] (with sshd's log) when sshd exits or does
@@ -508,6 +530,9 @@ pub struct Testbed {
     login_shell_path: Option<PathBuf>,
     /// Dropbear without SFTP: the file to hide behind `/dev/null`.
     hide_sftp_server: Option<PathBuf>,
+    /// [`TestbedBuilder::bin_sh`]: the shell's binary and the file `/bin/sh` names, which
+    /// the shell is bind-mounted over.
+    bin_sh: Option<(PathBuf, PathBuf)>,
     host_public_key: String,
     paths: Paths,
     running: Option<Running>,
@@ -852,6 +877,10 @@ impl Testbed {
                 settings.login_shell.is_some(),
                 "logging in as a login shell account (login_shell(..))".to_owned(),
             ),
+            (
+                settings.bin_sh.is_some(),
+                "replacing /bin/sh for the server (bin_sh(..))".to_owned(),
+            ),
         ];
         if uid != 0
             && let Some((_, what)) = root_only.into_iter().find(|(needed, _)| *needed)
@@ -873,6 +902,14 @@ impl Testbed {
             }
             // Nothing to hide if it does not exist.
             (true, false) => dropbear::sftp_server(),
+        };
+        let bin_sh = match &settings.bin_sh {
+            None => None,
+            Some(shell) => {
+                let target = fs::canonicalize("/bin/sh")
+                    .map_err(|e| TestbedError::io("resolving /bin/sh", e))?;
+                Some((shell.resolve()?, target))
+            }
         };
         if uid == 0 && !dropbear {
             ensure_privsep_dir()?;
@@ -983,6 +1020,7 @@ impl Testbed {
             root_login,
             login_shell_path,
             hide_sftp_server,
+            bin_sh,
             host_public_key,
             paths,
             running: None,
@@ -1114,6 +1152,19 @@ impl Testbed {
                     hide_sftp_server: self.hide_sftp_server.as_deref(),
                 });
                 (program, args.into_iter().map(Into::into).collect())
+            }
+        };
+        let (program, args) = match &self.bin_sh {
+            None => (program, args),
+            Some((shell, target)) => {
+                let mut all: Vec<std::ffi::OsString> =
+                    system::private_mount_namespace_args(BIN_SH_SCRIPT)
+                        .into_iter()
+                        .map(Into::into)
+                        .collect();
+                all.extend([shell, target, &program].map(|p| p.clone().into_os_string()));
+                all.extend(args);
+                (system::unshare_path(), all)
             }
         };
         let mut command = match &self.network {

@@ -59,6 +59,23 @@ pub(crate) fn unshare_path() -> PathBuf {
     }
 }
 
+/// `unshare`'s arguments that run `/bin/sh -c script` in a private mount namespace (mounts
+/// made there stay there); the script's `$0`, `$1`, ... follow.
+pub(crate) fn private_mount_namespace_args(script: &str) -> Vec<String> {
+    [
+        "--mount",
+        "--propagation",
+        "private",
+        "--",
+        "/bin/sh",
+        "-c",
+        script,
+    ]
+    .into_iter()
+    .map(str::to_owned)
+    .collect()
+}
+
 /// The effective uid of this process, from `/proc/self/status`.
 pub(crate) fn effective_uid() -> Result<u32, TestbedError> {
     let status = fs::read_to_string("/proc/self/status")
