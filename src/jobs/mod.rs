@@ -811,8 +811,8 @@ impl Job {
     /// Live output from `cursor` until both streams have ended, as [`OutputChunk`]s (stdout
     /// and stderr interleaved by poll, each in exact order). Polls the spool files, both
     /// streams at once (one round trip over SFTP), from every 50 ms while output flows to
-    /// every second when idle. If a stream dropped output
-    /// (spool cap, full disk), the last item is [`Error::JobOutputDropped`].
+    /// every second when idle. If a stream dropped output (spool cap, full disk), the last
+    /// item is [`Error::JobOutputDropped`].
     ///
     /// # Cancel safety
     /// Dropping the stream stops following; the job and its output stay. The caller tracks
