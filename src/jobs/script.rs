@@ -72,9 +72,10 @@ case $b in /*) ;; *) echo "no absolute state directory (HOME and XDG_STATE_HOME 
 "#;
 
 /// `st PID`: sets `t` to the process's start time (field 22 of `/proc/PID/stat`, read after
-/// the last `)` because the command name in field 2 may hold spaces and parentheses), or `-`.
-/// Builtins only: `read` and parameter expansion, no subshell, no `cat`.
-const START_TIME: &str = r#"st() { t=-; s=; read -r s 2>/dev/null <"/proc/$1/stat" || [ -n "$s" ] || return 0; s=${s##*) }; set -- $s; t=${20:--}; }
+/// the last `)` because the command name in field 2 may hold spaces and parentheses), or `-`,
+/// and `pi` to its pid (field 1; what `st self` is for, in a fork whose `$$` is its
+/// parent's). Builtins only: `read` and parameter expansion, no subshell, no `cat`.
+const START_TIME: &str = r#"st() { t=-; pi=; s=; read -r s 2>/dev/null <"/proc/$1/stat" || [ -n "$s" ] || return 0; pi=${s%% *}; s=${s##*) }; set -- $s; t=${20:--}; }
 "#;
 
 /// `boot`: sets `bid` to the host's boot id, or `-` (a builtin `read`, no `cat`).
@@ -181,8 +182,7 @@ job() {
 exec 3>&1
 # The runner's own pid and start time (a fork's `$$` is its parent's), read here: `job`
 # is a subshell.
-s=; read -r s </proc/self/stat; me=${s%% *}
-s=${s##*) }; set -- $s; rt=${20:--}
+st self; me=$pi; rt=$t
 # The spoolers' copier, one that writes what it reads at once (see the runner's docs):
 # GNU `head` unbuffered by libstdbuf (l) or `stdbuf -o0` (s), else BusyBox's `dd` (b).
 cw=

@@ -903,14 +903,15 @@ impl Testbed {
             // Nothing to hide if it does not exist.
             (true, false) => dropbear::sftp_server(),
         };
-        let bin_sh = match &settings.bin_sh {
-            None => None,
-            Some(shell) => {
+        let bin_sh = settings
+            .bin_sh
+            .as_ref()
+            .map(|shell| {
                 let target = fs::canonicalize("/bin/sh")
                     .map_err(|e| TestbedError::io("resolving /bin/sh", e))?;
-                Some((shell.resolve()?, target))
-            }
-        };
+                Ok::<_, TestbedError>((shell.resolve()?, target))
+            })
+            .transpose()?;
         if uid == 0 && !dropbear {
             ensure_privsep_dir()?;
         }
