@@ -42,6 +42,10 @@ pub const OWNER_HOST_LABEL: &str = "swiftide-ssh-testbed.owner-host";
 pub const DOCKER_USER: &str = "tester";
 
 /// The script that builds the images and computes their tags (shipped in the crate).
+/// How many times `pause` tries `docker pause` when the cgroup freezer gives up on a busy
+/// machine.
+const PAUSE_ATTEMPTS: u32 = 8;
+
 const PREPARE_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/docker/prepare.sh");
 
 /// The names under `/keys` in the container that the entrypoints install.
@@ -654,9 +658,28 @@ impl DockerTestbed {
     ///
     /// # Errors
     ///
-    /// [`TestbedError::Command`] if `docker pause` fails.
+    /// [`TestbedError::Command`] if `docker pause` fails (after up to eight tries when
+    /// the freezer gave up).
     pub fn pause(&self) -> Result<(), TestbedError> {
-        docker_checked(&["pause", &self.container_id], "pausing the container").map(drop)
+        // runc's cgroup-v1 freezer gives up ("unable to freeze", moby/moby#48205) when the
+        // cgroup does not settle in FROZEN within its ~1000 tries (about 0.3 s here): a
+        // task asleep in disk I/O is enough. CI hit it once, with 24 containers taking
+        // faults at once; a container writing to its disk in a loop here fails about one
+        // pause in three. runc thaws the cgroup before it reports that, so trying again is
+        // safe, and the next try usually succeeds; any other failure is reported at once.
+        let mut attempt = 1;
+        loop {
+            match docker_checked(&["pause", &self.container_id], "pausing the container") {
+                Ok(_) => return Ok(()),
+                Err(TestbedError::Command { ref stderr, .. })
+                    if attempt < PAUSE_ATTEMPTS && stderr.contains("unable to freeze") =>
+                {
+                    attempt += 1;
+                    thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Thaws a [paused](Self::pause) container.
