@@ -210,7 +210,8 @@ impl SshExecutor {
 
     /// Stops taking commands and disconnects idle connections. Commands already running
     /// finish on their connections, which then close. Further calls fail with
-    /// [`Error::Closed`].
+    /// [`Error::Closed`]. The pruning a [`spawn_job`](Self::spawn_job) set off in the
+    /// background (`job_retention`), if still in flight, gets up to 10 s to finish first.
     pub async fn close(&self) {
         self.inner.close().await;
     }

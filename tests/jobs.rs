@@ -690,6 +690,34 @@ async fn jobs_past_their_retention_are_pruned_after_a_start() {
     let _ = second.remove().await;
 }
 
+#[tokio::test]
+async fn close_waits_for_the_pruning_a_start_set_off() {
+    // A program that starts a job and closes its executor at once (a CLI, a script) must not
+    // drop the start's pruning, or its host would keep every job forever.
+    let (_state, tb) = testbed_with_own_state();
+    let ex = executor(&tb).await;
+    let old = ex.spawn_job("true", JobOptions::new()).await.unwrap();
+    old.wait(Duration::from_secs(10)).await.unwrap();
+    // As if it had ended ten days ago (the record's time: seconds since the epoch).
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    std::fs::write(
+        old.dir().join("exit"),
+        format!("0 {}\n", now.as_secs() - 10 * 24 * 3600),
+    )
+    .unwrap();
+    // A new executor (the default retention, 7 days): its first start prunes.
+    let ex = executor(&tb).await;
+    let new = ex.spawn_job("true", JobOptions::new()).await.unwrap();
+    ex.close().await;
+    assert!(
+        !old.dir().exists(),
+        "close returned before the start's pruning"
+    );
+    assert!(new.dir().exists(), "the new job was pruned");
+}
+
 fn dropbear(sftp: bool) -> Testbed {
     Testbed::builder()
         .dropbear()

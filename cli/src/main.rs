@@ -35,6 +35,9 @@ use swiftide_ssh_executor::{
 /// The exit code of a usage error (bad flags, no hosts): the library's policy reserves 2.
 const USAGE: u8 = 2;
 
+/// The default `job start --job-retention-days`, the library's `job_retention`.
+const DEFAULT_JOB_RETENTION_DAYS: u64 = 7;
+
 /// Run commands, copy files and start jobs on many hosts over SSH.
 ///
 /// Hosts come from node sets (-w), Ansible inventories (-i, -g), host files (--hosts-file)
@@ -123,6 +126,10 @@ enum JobCommand {
         /// The directory to run in (default: the login directory).
         #[arg(long, value_name = "DIR")]
         chdir: Option<PathBuf>,
+        /// Jobs that ended at least this many days ago are removed from each host after the
+        /// start, with their output (0 = keep them until removed).
+        #[arg(long, value_name = "DAYS", default_value_t = DEFAULT_JOB_RETENTION_DAYS)]
+        job_retention_days: u64,
         /// The command and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<String>,
@@ -476,8 +483,12 @@ impl FleetArgs {
         Ok(builder)
     }
 
-    /// The fleet these flags describe (built without connecting; inside the runtime).
-    fn fleet(&self) -> Result<Fleet, Usage> {
+    /// The fleet these flags describe (built without connecting; inside the runtime), each
+    /// executor's builder passed through `tune` (a subcommand's own settings) last.
+    fn fleet(
+        &self,
+        tune: impl Fn(SshExecutorBuilder) -> SshExecutorBuilder,
+    ) -> Result<Fleet, Usage> {
         let config = match &self.hosts.ssh_config {
             Some(path) => SshConfig::load(path)?,
             None => SshConfig::user_config()?,
@@ -495,7 +506,7 @@ impl FleetArgs {
                 let host = inventory.as_ref().and_then(|i| i.host(&name));
                 let executor = self
                     .builder(&name, &config, host.as_ref())
-                    .and_then(|builder| Ok(builder.build_lazy()?))
+                    .and_then(|builder| Ok(tune(builder).build_lazy()?))
                     .map_err(|Usage(message)| Usage(format!("{name}: {message}")))?;
                 Ok((name, executor))
             })
@@ -751,14 +762,19 @@ fn finish(printer: Printer, output: &OutputArgs, report: &FleetReport) -> Result
 }
 
 async fn rollout(args: &FleetArgs, streamed: Streamed, work: Work<'_>) -> Result<u8, Usage> {
-    let fleet = args.fleet()?;
+    let fleet = args.fleet(|builder| match &work {
+        Work::JobStart { retention, .. } => builder.job_retention(*retention),
+        _ => builder,
+    })?;
     let mut printer = Printer::new(&args.output, streamed, fleet.members().len());
     let on_event = |event: FleetEvent<'_>| printer.event(event);
     let report = match work {
         Work::Run(command) => fleet.run(command, on_event).await,
         Work::Push(source, dest) => fleet.push(source, dest, on_event).await?,
         Work::Pull(source, dest) => fleet.pull(source, dest, on_event).await,
-        Work::JobStart(command, options) => {
+        Work::JobStart {
+            command, options, ..
+        } => {
             let started = fleet.start_job(command, options, on_event).await;
             eprintln!("swiftide-ssh: job {}", started.id);
             started.report
@@ -775,7 +791,12 @@ enum Work<'a> {
     Run(&'a str),
     Push(&'a Path, &'a Path),
     Pull(&'a Path, &'a Path),
-    JobStart(&'a str, JobOptions),
+    JobStart {
+        command: &'a str,
+        options: JobOptions,
+        /// `None`: keep the jobs that ended.
+        retention: Option<Duration>,
+    },
     JobStatus(&'a str),
     JobOutput(&'a str, u64),
     JobKill(&'a str, Duration),
@@ -831,6 +852,7 @@ async fn dispatch(command: &Command) -> Result<u8, Usage> {
                 id,
                 deadline,
                 chdir,
+                job_retention_days,
                 command,
             } => {
                 let mut options = JobOptions::new();
@@ -844,7 +866,14 @@ async fn dispatch(command: &Command) -> Result<u8, Usage> {
                     options = options.current_dir(dir.clone());
                 }
                 let command = command.join(" ");
-                rollout(fleet, Streamed::AtTheEnd, Work::JobStart(&command, options)).await
+                let retention = (*job_retention_days > 0)
+                    .then(|| Duration::from_secs(job_retention_days.saturating_mul(24 * 3600)));
+                let work = Work::JobStart {
+                    command: &command,
+                    options,
+                    retention,
+                };
+                rollout(fleet, Streamed::AtTheEnd, work).await
             }
             JobCommand::Status { fleet, id } => {
                 rollout(fleet, Streamed::AtTheEnd, Work::JobStatus(id)).await

@@ -2,13 +2,14 @@
 //! generated ssh config (`web1`, `web2`, ... and `dead`, a port nobody listens on): node
 //! sets and exclusions, live and folded output, JSON records, failed-hosts files read back,
 //! batches with a threshold that trips on an unreachable host, shards merged by `fold`,
-//! push and pull of a tree with odd names and modes, and jobs started and collected by id.
+//! push and pull of a tree with odd names and modes, and jobs started and collected by id
+//! (and pruned past their retention by the start itself, before the program exits).
 
 use std::{
     os::unix::fs::PermissionsExt,
     path::{Path, PathBuf},
     process::{Command, Output, Stdio},
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime},
 };
 
 use serde_json::Value;
@@ -717,4 +718,55 @@ fn jobs_start_on_every_host_and_are_collected_by_id() {
     );
     assert!(records(&out).iter().all(|r| r["status"] == "error"));
     assert_eq!(out.status.code(), Some(4));
+}
+
+#[test]
+fn job_start_prunes_the_jobs_past_their_retention_before_it_exits() {
+    // The library prunes in the background after a start; a program that exits right after
+    // the start (this one) must not drop that pruning, so jobs would pile up forever.
+    let state = tempfile::tempdir().unwrap();
+    let bed = Testbed::builder()
+        .sshd_config_line(format!("SetEnv XDG_STATE_HOME={}", state.path().display()))
+        .start()
+        .unwrap_or_else(|e| panic!("cannot start the sshd testbed: {e}"));
+    let hosts = Hosts::new(&[("web1", &bed)], false);
+    let jobs = state.path().join("swiftide-ssh/jobs");
+    let start = |id: &str, retention: &[&str]| {
+        let mut args = vec!["-w", "web1", "--id", id];
+        args.extend(retention);
+        args.extend(["--", "true"]);
+        let out = hosts.run(&["job", "start"], &args);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    };
+    start("old", &[]);
+    let exit = jobs.join("old/exit");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !exit.exists() {
+        assert!(Instant::now() < deadline, "job old never ended");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // As if it had ended ten days ago (the record's time: seconds since the epoch).
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap();
+    std::fs::write(&exit, format!("0 {}\n", now.as_secs() - 10 * 24 * 3600)).unwrap();
+
+    // 0 days: kept, however old.
+    start("keeping", &["--job-retention-days", "0"]);
+    assert!(exit.exists(), "pruned with --job-retention-days 0");
+    // 30 days: not old enough.
+    start("thirty", &["--job-retention-days", "30"]);
+    assert!(
+        exit.exists(),
+        "pruned a job 10 days old with a retention of 30"
+    );
+    // The default (7 days): gone when the start returns, the new jobs kept.
+    start("default", &[]);
+    assert!(
+        !jobs.join("old").exists(),
+        "a job 10 days old outlived the default retention"
+    );
+    for id in ["keeping", "thirty", "default"] {
+        assert!(jobs.join(id).exists(), "{id} was pruned");
+    }
 }

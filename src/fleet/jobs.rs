@@ -77,7 +77,9 @@ impl Fleet {
     /// Starts `command` as a job ([`SshExecutor::spawn_job`]) on every host, with one id:
     /// `options`' id, or a new random `fleet-<16 hex digits>`. The id makes the start
     /// idempotent per host, so a host retried after it was unreachable (or a whole call
-    /// repeated with the same id) never starts the job twice.
+    /// repeated with the same id) never starts the job twice. A host's result waits for the
+    /// pruning of its jobs past their [retention](crate::SshExecutorBuilder::job_retention)
+    /// that the start set off (one exec, at most once an hour per executor).
     ///
     /// # Cancel safety
     /// As for `spawn_job`: a dropped start may have started the job on some hosts; ask again
@@ -100,6 +102,9 @@ impl Fleet {
                     let id = &id;
                     async move {
                         executor.spawn_job(command, options).await?;
+                        // The start's pruning (job_retention) runs now, on this connection,
+                        // before the fleet lets it go and the program exits.
+                        executor.finish_housekeeping().await;
                         Ok(summary_execution(
                             executor.host(),
                             ExitStatus::Code(0),

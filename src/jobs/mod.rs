@@ -451,7 +451,7 @@ impl SshExecutor {
     /// The housekeeping of [`job_retention`](crate::SshExecutorBuilder::job_retention): prunes
     /// the jobs past it in a task of its own, at most once per [`PRUNE_INTERVAL`] (or per
     /// retention, if shorter) per executor. Best effort: a failure is only logged, and the
-    /// next interval tries again.
+    /// next interval tries again. [`close`](Self::close) waits for it (a few seconds at most).
     fn prune_in_background(&self) {
         let Some(retention) = self.inner.config.job_retention else {
             return;
@@ -466,7 +466,7 @@ impl SshExecutor {
             *last = Some(std::time::Instant::now());
         }
         let executor = self.clone();
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             let host = &executor.inner.config.host;
             match executor.prune_jobs(retention).await {
                 Ok(removed) if !removed.is_empty() => {
@@ -478,6 +478,17 @@ impl SshExecutor {
                 }
             }
         });
+        if let Ok(mut housekeeping) = self.inner.housekeeping.lock() {
+            // At most one prune starts per interval: the one replaced here is long done.
+            *housekeeping = Some(task);
+        }
+    }
+
+    /// Waits (a few seconds at most) for the pruning that the last
+    /// [`spawn_job`](Self::spawn_job) started in the background, if it is still in flight:
+    /// a fleet's short-lived program would exit, and drop it, before it ran.
+    pub(crate) async fn finish_housekeeping(&self) {
+        self.inner.finish_housekeeping().await;
     }
 
     /// Removes the jobs that ended at least `older_than` ago (by the host's clock, so the

@@ -91,15 +91,21 @@ pub(crate) use session::{ChannelCount, Running, Session};
 pub(crate) use slot::{LogSink, SlotManager, give_back, open_channel, wait_for_close};
 pub use stats::PoolStats;
 
-use std::sync::{
-    Arc, Mutex,
-    atomic::{AtomicBool, Ordering},
+use std::{
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
 };
 
 use crate::{
     config::Config,
     error::{Error, Phase, Result},
 };
+
+/// How long [`Pool::close`] waits for housekeeping in flight (one exec on a live host).
+const HOUSEKEEPING_GRACE: Duration = Duration::from_secs(10);
 
 /// A checked-out slot: returned to the pool when dropped.
 pub(crate) type PooledSlot = bb8::PooledConnection<'static, SlotManager>;
@@ -119,6 +125,10 @@ pub(crate) struct Pool {
     pub(crate) host_boot: Mutex<Option<(String, std::time::SystemTime)>>,
     /// When the jobs layer last started pruning the jobs past their retention.
     pub(crate) jobs_pruned_at: Mutex<Option<std::time::Instant>>,
+    /// The executor's housekeeping task in flight (the jobs layer's prune), which
+    /// [`close`](Self::close) and a fleet's job start wait for: a short-lived program (the
+    /// CLI) would otherwise exit, and drop it, before it ran.
+    pub(crate) housekeeping: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -161,6 +171,7 @@ impl Pool {
             jobs_dir: tokio::sync::OnceCell::new(),
             host_boot: Mutex::new(None),
             jobs_pruned_at: Mutex::new(None),
+            housekeeping: Mutex::new(None),
         })
     }
 
@@ -204,9 +215,31 @@ impl Pool {
     }
 
     /// Stops taking commands and disconnects idle connections; running commands finish.
+    /// Housekeeping in flight gets up to [`HOUSEKEEPING_GRACE`] first.
     pub(crate) async fn close(&self) {
+        self.finish_housekeeping().await;
         self.closed.store(true, Ordering::Release);
         self.registry.close_all().await;
+    }
+
+    /// Waits up to [`HOUSEKEEPING_GRACE`] for the housekeeping task in flight, if any, and
+    /// aborts it if it takes longer (a host that stopped answering must not hold up a close).
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves the task running, unwaited for.
+    pub(crate) async fn finish_housekeeping(&self) {
+        let task = self
+            .housekeeping
+            .lock()
+            .ok()
+            .and_then(|mut task| task.take());
+        if let Some(mut task) = task
+            && tokio::time::timeout(HOUSEKEEPING_GRACE, &mut task)
+                .await
+                .is_err()
+        {
+            task.abort();
+        }
     }
 
     /// A snapshot of the pool's state and counters.
