@@ -1,7 +1,11 @@
 //! Scenario 10: jobs (`SshExecutor::spawn_job`, `Job::status`, `Job::read`).
 //!
 //! (a) Starting a job and reading its 1 MiB of output by cursor, against running the same
-//!     command with `run`, interleaved on one warm executor.
+//!     command with `run`, interleaved on one warm executor. Beside them, two floors of any
+//!     design that starts a job with an exec and reads its output from a file over SFTP
+//!     (no records, no spool cap, no answer): the command in a session of its own
+//!     (`setsid sh -c CMD >FILE &`), and bare (`CMD >FILE &`, no session or group), each
+//!     followed by SFTP reads of the file until it holds the 1 MiB.
 //! (b) Polling an idle job (`status` and `read` of stdout since a cursor, issued together)
 //!     next to a `true` command: wall time and server CPU per poll on loopback, round trips
 //!     through the +20 ms delay proxy (poll time / RTT), and new processes on the host
@@ -47,7 +51,7 @@ async fn job_and_read(executor: &SshExecutor) -> anyhow::Result<Job> {
     Ok(job)
 }
 
-/// The same, waiting with `Job::wait` first (its polls start at 20 ms).
+/// The same, waiting with `Job::wait` first (its polls start at 2 ms over SFTP).
 async fn job_wait_read(executor: &SshExecutor) -> anyhow::Result<Job> {
     let job = executor.spawn_job(COMMAND_1MIB, JobOptions::new()).await?;
     let status = job.wait(Duration::from_secs(30)).await?;
@@ -63,6 +67,32 @@ async fn job_wait_read(executor: &SshExecutor) -> anyhow::Result<Job> {
         out.eof
     );
     Ok(job)
+}
+
+/// A design floor (see the module docs): `start`, the command started in the background
+/// with its stdout in `file`, then whole-file SFTP reads until it holds the 1 MiB (2 ms
+/// apart when short, as `job_and_read` polls).
+async fn floor(executor: &SshExecutor, start: &str, file: &str) -> anyhow::Result<()> {
+    ensure!(
+        executor.run(start).await?.status.success(),
+        "{start} failed"
+    );
+    let (path, started) = (Path::new(file), Instant::now());
+    loop {
+        // Missing until the background shell made it.
+        let len = executor
+            .read_file_bytes(path)
+            .await
+            .map_or(0, |b| b.len() as u64);
+        if len == MIB_OUTPUT {
+            return Ok(());
+        }
+        ensure!(
+            started.elapsed() < Duration::from_secs(10),
+            "{file}: {len} bytes after 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
 }
 
 async fn exec_1mib(executor: &SshExecutor) -> anyhow::Result<()> {
@@ -187,9 +217,25 @@ pub fn jobs(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
     let per_block = ctx.size(8, 5);
     let mut made = Vec::<Job>::new();
     let rt = &ctx.rt;
-    let m = interleaved(blocks, per_block, 4, |i| {
+    // The floors' files, one per run, on the host (removed at the end).
+    let floor_dir = format!("/tmp/swiftide-ssh-bench-floor-{}", std::process::id());
+    rt.block_on(executor.run(&format!("mkdir -p {floor_dir}")))?;
+    let mut floor_runs = 0u32;
+    let m = interleaved(blocks, per_block, 6, |i| {
         rt.block_on(async {
+            floor_runs += 1;
+            let file = format!("{floor_dir}/{floor_runs}");
             match i {
+                4 => {
+                    let start = format!(
+                        "setsid sh -c '{COMMAND_1MIB}' >{file} 2>/dev/null </dev/null & echo $!"
+                    );
+                    floor(&executor, &start, &file).await
+                }
+                5 => {
+                    let start = format!("{COMMAND_1MIB} >{file} 2>/dev/null </dev/null & echo $!");
+                    floor(&executor, &start, &file).await
+                }
                 0 => exec_1mib(&executor).await,
                 1 => {
                     made.push(job_and_read(&executor).await?);
@@ -208,11 +254,14 @@ pub fn jobs(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
         })
     })?;
     let (exec, cursor, wait, start) = (&m[0], &m[1], &m[2], &m[3]);
+    let (floor_session, floor_bare) = (&m[4], &m[5]);
     for (label, s) in [
         ("run (exec), 1 MiB", exec),
         ("spawn_job + read by cursor", cursor),
         ("spawn_job + wait + read", wait),
         ("spawn_job alone", start),
+        ("floor: setsid sh -c >file &, SFTP", floor_session),
+        ("floor: bare >file &, SFTP", floor_bare),
     ] {
         println!(
             "  {label:<32} {}; server CPU {:.0} µs",
@@ -220,28 +269,32 @@ pub fn jobs(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
             s.server_cpu_us
         );
     }
-    // Remove the jobs (untimed).
+    // Remove the jobs and the floors' files (untimed).
     ctx.rt.block_on(async {
         for job in made {
             let _ = job.remove().await;
         }
+        let _ = executor.run(&format!("rm -rf {floor_dir}")).await;
     });
-    let x = cursor.times.median().as_secs_f64() / exec.times.median().as_secs_f64();
+    let of_run = |s: &Measured| s.times.median().as_secs_f64() / exec.times.median().as_secs_f64();
+    let x = of_run(cursor);
     report.row(
         "10 job: start + read 1 MiB of output by cursor vs `run` of the same command",
         format!(
-            "{}; with `Job::wait` first: {}; `spawn_job` alone {} (server CPU {:.1} ms per start)",
+            "{}; with `Job::wait` first: {}; `spawn_job` alone {} (server CPU {:.1} ms per \
+             start); floors of an exec-per-start design read over SFTP: in a session {} ({}), \
+             bare {} ({})",
             cursor.times.short(),
             wait.times.short(),
             start.times.short(),
-            start.server_cpu_us / 1e3
+            start.server_cpu_us / 1e3,
+            floor_session.times.short(),
+            ratio(of_run(floor_session)),
+            floor_bare.times.short(),
+            ratio(of_run(floor_bare)),
         ),
         format!("`run` {}", exec.times.short()),
-        format!(
-            "{} (with wait: {})",
-            ratio(x),
-            ratio(wait.times.median().as_secs_f64() / exec.times.median().as_secs_f64())
-        ),
+        format!("{} (with wait: {})", ratio(x), ratio(of_run(wait))),
         "≤ 1.5×",
         Some(x <= 1.5),
     );
