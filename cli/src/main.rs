@@ -909,8 +909,10 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(dispatch(&cli.command));
-    // Background kills of commands cut short get a moment; a command still running when
-    // the process exits is killed by its supervisor when the connection closes.
+    // Blocking work in flight (a known_hosts append) gets up to 2 s. Async tasks still in
+    // flight are dropped at their next await, which is why the fleet waits for a job start's
+    // pruning itself; a command still running when the process exits (a background kill of
+    // one cut short included) is killed by its supervisor when the connection closes.
     runtime.shutdown_timeout(Duration::from_secs(2));
     match result {
         Ok(code) => ExitCode::from(code),
