@@ -226,6 +226,15 @@ pub fn jobs(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
             floor_runs += 1;
             let file = format!("{floor_dir}/{floor_runs}");
             match i {
+                0 => exec_1mib(&executor).await,
+                1 => {
+                    made.push(job_and_read(&executor).await?);
+                    Ok(())
+                }
+                2 => {
+                    made.push(job_wait_read(&executor).await?);
+                    Ok(())
+                }
                 4 => {
                     let start = format!(
                         "setsid sh -c '{COMMAND_1MIB}' >{file} 2>/dev/null </dev/null & echo $!"
@@ -235,15 +244,6 @@ pub fn jobs(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
                 5 => {
                     let start = format!("{COMMAND_1MIB} >{file} 2>/dev/null </dev/null & echo $!");
                     floor(&executor, &start, &file).await
-                }
-                0 => exec_1mib(&executor).await,
-                1 => {
-                    made.push(job_and_read(&executor).await?);
-                    Ok(())
-                }
-                2 => {
-                    made.push(job_wait_read(&executor).await?);
-                    Ok(())
                 }
                 _ => {
                     // The start alone (the job's output is left unread).
