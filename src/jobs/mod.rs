@@ -417,9 +417,10 @@ impl SshExecutor {
         // read is an exec channel and a process of its own: there one job at a time (a
         // Dropbear listing a hundred jobs four at a time lost its connection), elsewhere 4
         // jobs at a time keep a long listing from crowding the pool and a small server.
-        let at_once = match self.sftp().await {
-            Err(Error::SftpUnavailable { .. }) => 1,
-            _ => 4,
+        let at_once = if self.job_reads_are_execs().await {
+            1
+        } else {
+            4
         };
         let infos = stream::iter(names)
             .map(|id| {
@@ -478,10 +479,13 @@ impl SshExecutor {
                 }
             }
         });
-        if let Ok(mut housekeeping) = self.inner.housekeeping.lock() {
-            // At most one prune starts per interval: the one replaced here is long done.
-            *housekeeping = Some(task);
-        }
+        self.inner.hold_housekeeping(task);
+    }
+
+    /// Whether every read of a job's files is an exec here (the server has no SFTP), which
+    /// sets how fast and how many at once the reads that poll jobs go.
+    async fn job_reads_are_execs(&self) -> bool {
+        matches!(self.sftp().await, Err(Error::SftpUnavailable { .. }))
     }
 
     /// Waits (a few seconds at most) for the pruning that the last
@@ -943,9 +947,10 @@ impl Job {
         // Over SFTP a poll is one round trip and no process on the host, so the first ones
         // come soon and a short job is seen ending within milliseconds (a job's first second
         // is 10 polls, not 6). Without SFTP every poll is a few execs.
-        let mut pause = match self.executor.sftp().await {
-            Err(Error::SftpUnavailable { .. }) => Duration::from_millis(20),
-            _ => Duration::from_millis(2),
+        let mut pause = if self.executor.job_reads_are_execs().await {
+            Duration::from_millis(20)
+        } else {
+            Duration::from_millis(2)
         };
         loop {
             let status = self.status().await?;

@@ -128,7 +128,7 @@ pub(crate) struct Pool {
     /// The executor's housekeeping task in flight (the jobs layer's prune), which
     /// [`close`](Self::close) and a fleet's job start wait for: a short-lived program (the
     /// CLI) would otherwise exit, and drop it, before it ran.
-    pub(crate) housekeeping: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    housekeeping: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -220,6 +220,15 @@ impl Pool {
         self.finish_housekeeping().await;
         self.closed.store(true, Ordering::Release);
         self.registry.close_all().await;
+    }
+
+    /// Keeps `task` as the housekeeping in flight, for
+    /// [`finish_housekeeping`](Self::finish_housekeeping). At most one starts per interval,
+    /// so one it replaces is long done (dropping its handle would leave it running anyway).
+    pub(crate) fn hold_housekeeping(&self, task: tokio::task::JoinHandle<()>) {
+        if let Ok(mut housekeeping) = self.housekeeping.lock() {
+            *housekeeping = Some(task);
+        }
     }
 
     /// Waits up to [`HOUSEKEEPING_GRACE`] for the housekeeping task in flight, if any, and
