@@ -261,6 +261,75 @@ async fn the_same_id_starts_once() {
     ));
 }
 
+/// Once the executor knows the jobs' directory and has an SFTP channel open, a start opens
+/// the spool files' read handles beside its script (creating the files): those handles must
+/// read what the job then writes, and on an id that is taken (here by another client, so
+/// that this one holds no handle of it) they must not truncate the job's output.
+#[tokio::test]
+async fn spool_handles_opened_ahead_of_a_start_read_its_output_and_spare_a_taken_id() {
+    let tb = testbed();
+    let ex = executor(&tb).await;
+    // The first start and read: the jobs' directory is known and an SFTP channel open.
+    let first = ex
+        .spawn_job("printf first", JobOptions::new())
+        .await
+        .unwrap();
+    assert!(
+        first
+            .wait(Duration::from_secs(10))
+            .await
+            .unwrap()
+            .is_finished()
+    );
+    assert_eq!(read_all(&first, JobStream::Stdout, 1 << 20).await, b"first");
+    let command = "printf 'out %s' \"$(seq 1000)\"; printf err >&2";
+    let expected = format!(
+        "out {}",
+        (1..=1000)
+            .map(|n| n.to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    // A start from here on opens its handles ahead.
+    let second = ex.spawn_job(command, JobOptions::new()).await.unwrap();
+    assert_eq!(
+        read_all(&second, JobStream::Stdout, 1 << 20).await,
+        expected.as_bytes()
+    );
+    assert_eq!(read_all(&second, JobStream::Stderr, 1 << 20).await, b"err");
+    // Another client's job, whose id this one then asks for with another command: refused,
+    // and the output stays whole, as both clients read it.
+    let other = executor(&tb).await;
+    let theirs = other.spawn_job(command, JobOptions::new()).await.unwrap();
+    assert!(
+        theirs
+            .wait(Duration::from_secs(10))
+            .await
+            .unwrap()
+            .is_finished()
+    );
+    assert!(matches!(
+        ex.spawn_job("echo other", JobOptions::new().id(theirs.id()))
+            .await,
+        Err(Error::JobExists { .. })
+    ));
+    for reader in [&ex, &other] {
+        let job = reader.job(theirs.id()).await.unwrap();
+        assert_eq!(
+            read_all(&job, JobStream::Stdout, 1 << 20).await,
+            expected.as_bytes()
+        );
+        assert_eq!(read_all(&job, JobStream::Stderr, 1 << 20).await, b"err");
+        assert_eq!(
+            job.status().await.unwrap(),
+            JobStatus::Exited(ExitStatus::Code(0))
+        );
+    }
+    for job in [first, second, theirs] {
+        job.remove().await.unwrap();
+    }
+}
+
 #[tokio::test]
 async fn kill_takes_the_whole_group_grandchildren_included() {
     let tb = testbed();

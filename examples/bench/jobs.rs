@@ -5,7 +5,9 @@
 //!     design that starts a job with an exec and reads its output from a file over SFTP
 //!     (no records, no spool cap, no answer): the command in a session of its own
 //!     (`setsid sh -c CMD >FILE &`), and bare (`CMD >FILE &`, no session or group), each
-//!     followed by SFTP reads of the file until it holds the 1 MiB.
+//!     followed by SFTP reads of the file until it holds the 1 MiB. The same start + read
+//!     against `run` again through the +20 ms delay proxy (with (b)'s slow executor), where
+//!     round trips count more than the host's processes.
 //! (b) Polling an idle job (`status` and `read` of stdout since a cursor, issued together)
 //!     next to a `true` command: wall time and server CPU per poll on loopback, round trips
 //!     through the +20 ms delay proxy (poll time / RTT), and new processes on the host
@@ -398,33 +400,51 @@ fn idle_poll(ctx: &mut Ctx, report: &mut Report, executor: &SshExecutor) -> anyh
         )?;
         let slow_job = ctx.rt.block_on(slow.job(job.id()))?;
         let slow_n = ctx.size(15, 8);
-        let (slow_polls, slow_status, slow_read, slow_true) = ctx.rt.block_on(async {
-            let mut out = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
-            // Untimed first: opens the SFTP channel and fills any caches.
-            poll(&slow_job, 0).await?;
-            run_true(&slow).await?;
-            for _ in 0..slow_n {
-                let t = Instant::now();
+        let mut slow_made = Vec::<Job>::new();
+        let (slow_polls, slow_status, slow_read, slow_true, slow_run, slow_start_read) =
+            ctx.rt.block_on(async {
+                let mut out = [(); 6].map(|()| Vec::new());
+                // Untimed first: opens the SFTP channel and fills any caches.
                 poll(&slow_job, 0).await?;
-                out[0].push(t.elapsed());
-                let t = Instant::now();
-                slow_job.status().await?;
-                out[1].push(t.elapsed());
-                let t = Instant::now();
-                slow_job.read(JobStream::Stdout, 0, 64 * 1024).await?;
-                out[2].push(t.elapsed());
-                let t = Instant::now();
                 run_true(&slow).await?;
-                out[3].push(t.elapsed());
+                exec_1mib(&slow).await?;
+                slow_made.push(job_and_read(&slow).await?);
+                for _ in 0..slow_n {
+                    // (a) over the link: the start + read of the 1 MiB job against its `run`.
+                    let t = Instant::now();
+                    exec_1mib(&slow).await?;
+                    out[4].push(t.elapsed());
+                    let t = Instant::now();
+                    slow_made.push(job_and_read(&slow).await?);
+                    out[5].push(t.elapsed());
+                    let t = Instant::now();
+                    poll(&slow_job, 0).await?;
+                    out[0].push(t.elapsed());
+                    let t = Instant::now();
+                    slow_job.status().await?;
+                    out[1].push(t.elapsed());
+                    let t = Instant::now();
+                    slow_job.read(JobStream::Stdout, 0, 64 * 1024).await?;
+                    out[2].push(t.elapsed());
+                    let t = Instant::now();
+                    run_true(&slow).await?;
+                    out[3].push(t.elapsed());
+                }
+                let [a, b, c, d, e, f] = out;
+                anyhow::Ok((
+                    Samples::new(a),
+                    Samples::new(b),
+                    Samples::new(c),
+                    Samples::new(d),
+                    Samples::new(e),
+                    Samples::new(f),
+                ))
+            })?;
+        ctx.rt.block_on(async {
+            for job in slow_made {
+                let _ = job.remove().await;
             }
-            let [a, b, c, d] = out;
-            anyhow::Ok((
-                Samples::new(a),
-                Samples::new(b),
-                Samples::new(c),
-                Samples::new(d),
-            ))
-        })?;
+        });
         let in_rtt = |s: &Samples| s.median().as_secs_f64() / link_rtt.as_secs_f64();
         println!(
             "  +20 ms link (RTT {}): poll {} = {:.2} RTT; status alone {:.2} RTT; read alone {:.2} RTT; `true` {:.2} RTT",
@@ -434,6 +454,29 @@ fn idle_poll(ctx: &mut Ctx, report: &mut Report, executor: &SshExecutor) -> anyh
             in_rtt(&slow_status),
             in_rtt(&slow_read),
             in_rtt(&slow_true)
+        );
+        println!(
+            "  +20 ms link: start + read 1 MiB {} = {:.2} RTT; `run` {} = {:.2} RTT",
+            slow_start_read.describe(),
+            in_rtt(&slow_start_read),
+            slow_run.describe(),
+            in_rtt(&slow_run)
+        );
+        let slow_x = slow_start_read.median().as_secs_f64() / slow_run.median().as_secs_f64();
+        report.row(
+            format!(
+                "10 job: start + read 1 MiB of output by cursor vs `run`; +20 ms link (ping {})",
+                ms(link_rtt)
+            ),
+            format!(
+                "{} = {:.2} RTT",
+                slow_start_read.short(),
+                in_rtt(&slow_start_read)
+            ),
+            format!("`run` {} = {:.2} RTT", slow_run.short(), in_rtt(&slow_run)),
+            ratio(slow_x),
+            "≤ 1.5×",
+            Some(slow_x <= 1.5),
         );
         let rtts = in_rtt(&slow_polls);
         let forks_per_poll = forks_text.map(|f| f.0);

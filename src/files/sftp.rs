@@ -59,8 +59,10 @@ use crate::{
 const MAX_READS: usize = 32;
 
 /// Reads [`SftpChannel::read_at`] sends at once before any reply: a job's megabyte of output
-/// in one round trip, where starting with one request took three.
-const FIRST_READS: usize = 4;
+/// in one round trip, where starting with one request took three (four were one request
+/// short of a MiB: OpenSSH's reads are 255 KiB at most, so its last 4 KiB took a second
+/// round trip). A request past the end costs one small EOF reply.
+const FIRST_READS: usize = 8;
 /// Most write requests in flight for one file.
 const MAX_WRITES: usize = 32;
 /// Largest read or write request, also when the server allows more.
@@ -449,11 +451,31 @@ impl SftpChannel {
         self: &Arc<Self>,
         path: &str,
     ) -> Result<Arc<KeptHandle>, SftpError> {
+        self.keep_open(path, OpenFlags::READ).await
+    }
+
+    /// Like [`kept_handle`](Self::kept_handle), but creates the file (empty) when it is
+    /// missing; an existing one is opened as it is, never truncated. For a file that is about
+    /// to be written and then read (a job's spool files): the handle is open before the
+    /// writer starts, so the first read needs no open of its own.
+    pub(crate) async fn kept_handle_creating(
+        self: &Arc<Self>,
+        path: &str,
+    ) -> Result<Arc<KeptHandle>, SftpError> {
+        self.keep_open(path, OpenFlags::READ | OpenFlags::CREATE)
+            .await
+    }
+
+    async fn keep_open(
+        self: &Arc<Self>,
+        path: &str,
+        flags: OpenFlags,
+    ) -> Result<Arc<KeptHandle>, SftpError> {
         if let Some(handle) = self.kept_lookup(path) {
             return Ok(handle);
         }
         let mut file = self
-            .open_handle(path, OpenFlags::READ, FileAttributes::empty())
+            .open_handle(path, flags, FileAttributes::empty())
             .await?;
         let opened = Arc::new(KeptHandle {
             channel: Arc::downgrade(self),

@@ -253,9 +253,10 @@ impl SshExecutor {
     /// Makes the job directory over SFTP, beside its start script, when the base directory
     /// is known (after this executor's first start) and a connection has an SFTP channel open
     /// (none is opened for this): an SFTP `mkdir` costs sshd no process, where the script's
-    /// `mkdir` is an exec. Best effort: the script makes the directory itself if it is not
-    /// there yet, and the script's claim (see `script::start`), not this `mkdir`, decides
-    /// whether the job is new.
+    /// `mkdir` is an exec. Behind it, the spool files' read handles are opened (see the
+    /// comment below). Best effort: the script makes the directory and its files itself if
+    /// they are not there yet, and the script's claim (see `script::start`), not this
+    /// `mkdir`, decides whether the job is new.
     async fn premake_job_dir(&self, id: &str) {
         let (Some(base), Some(channel)) = (self.inner.jobs_dir.get(), self.open_sftp_channel())
         else {
@@ -267,8 +268,32 @@ impl SshExecutor {
         };
         // Counts as running, so that retiring the connection does not close it meanwhile.
         let _running = channel.running();
-        if let Err(error) = channel.mkdir(path, Some(0o700)).await {
-            tracing::trace!(host = %self.inner.config.host, %id, %error, "no job directory made over SFTP; the start makes it");
+        let host = &self.inner.config.host;
+        // The read handles of the spool files and their `.drop` records, opened (the files
+        // created, empty) right behind the `mkdir` on the same channel, so the server takes
+        // them after it: the start's redirections truncate these same files (`>`, the same
+        // inode), so the handles read what the job writes, and the job's first read needs no
+        // open of its own (a round trip saved on a slow link). In an existing job's directory
+        // (a retry, an id taken) they only open its files.
+        let keep = |name: &str| {
+            let channel = &channel;
+            let path = sftp_path(&dir.join(name)).map(str::to_owned);
+            async move {
+                let Ok(path) = path else { return };
+                if let Err(error) = channel.kept_handle_creating(&path).await {
+                    tracing::trace!(%host, %id, %error, "no spool handle kept ahead of the start");
+                }
+            }
+        };
+        let (made, ..) = tokio::join!(
+            channel.mkdir(path, Some(0o700)),
+            keep("stdout"),
+            keep("stdout.drop"),
+            keep("stderr"),
+            keep("stderr.drop"),
+        );
+        if let Err(error) = made {
+            tracing::trace!(%host, %id, %error, "no job directory made over SFTP; the start makes it");
         }
     }
 
@@ -334,7 +359,13 @@ impl SshExecutor {
         let (status, out) = loop {
             let start = script::start(&spec, &launch, form);
             let started = if attempt == 1 && form == StartForm::Short {
-                tokio::join!(self.premake_job_dir(&id), self.run_start(&id, start)).1
+                // Boxed: its five SFTP requests make a large future, too large for the
+                // stack of a caller that awaits `spawn_job` in place (debug builds).
+                tokio::join!(
+                    Box::pin(self.premake_job_dir(&id)),
+                    self.run_start(&id, start)
+                )
+                .1
             } else {
                 self.run_start(&id, start).await
             };

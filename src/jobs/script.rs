@@ -18,8 +18,8 @@
 //! | `new` | start | created with `O_EXCL` (`set -C`): claims the directory for a new job, whoever made it (the client over SFTP, or the start's `mkdir`); jobs of earlier builds, claimed by their `mkdir`, have none |
 //! | `started` | start | created with `O_EXCL` (`set -C`): claims the one start of the runner (a directory, made by `mkdir`, in jobs started by earlier builds; both count) |
 //! | `pid` | start (padded), the job's shell ([`PRE`], in place) | `<pid> <starttime> <runner pid> <runner starttime> <boot id> <started at>`; blank until recorded (earlier builds wrote it by temp + `mv`: missing until recorded) |
-//! | `stdout`, `stderr` | the spoolers | the output, exactly, up to the cap |
-//! | `stdout.drop`, `stderr.drop` | the spoolers, at the stream's end | `<copier status> <bytes dropped> <cap>` |
+//! | `stdout`, `stderr` | the spoolers (created empty by the start, or before it by the client's SFTP open of its read handle: `>` truncates the same file, which the handle then reads) | the output, exactly, up to the cap |
+//! | `stdout.drop`, `stderr.drop` | the start (padded; created empty before it by the client's SFTP open, as the spool files), the spoolers, at the stream's end | `<copier status> <bytes dropped> <cap>` |
 //! | `stdout.err`, `stderr.err` | the spoolers | a write error (`No space left on device`) |
 //! | `reason` | kill, deadline | `killed` or `deadline`, first one wins |
 //! | `exit` | runner, once both streams ended: created by `printf` (by `mv` of `exit.tmp` where that fails, as in earlier builds) | `<status> <ended at>`, a line: complete only with its newline. Missing while the job runs, so a poll's SFTP open of it fails at once: one round trip |
