@@ -5,7 +5,11 @@
 //!     design that starts a job with an exec and reads its output from a file over SFTP
 //!     (no records, no spool cap, no answer): the command in a session of its own
 //!     (`setsid sh -c CMD >FILE &`), and bare (`CMD >FILE &`, no session or group), each
-//!     followed by SFTP reads of the file until it holds the 1 MiB. The same start + read
+//!     followed by SFTP reads of the file until it holds the 1 MiB. A third floor starts no
+//!     process when asked: a slot made ahead (untimed) holds a FIFO, a `head -c` copier and
+//!     a shell in a session of its own blocked on the FIFO; the start renames the slot,
+//!     writes the command and `go` over SFTP, stats the shell's pid record until it is
+//!     written, then reads the output as the others. The same start + read
 //!     against `run` again through the +20 ms delay proxy (with (b)'s slow executor), where
 //!     round trips count more than the host's processes.
 //! (b) Polling an idle job (`status` and `read` of stdout since a cursor, issued together)
@@ -72,13 +76,18 @@ async fn job_wait_read(executor: &SshExecutor) -> anyhow::Result<Job> {
 }
 
 /// A design floor (see the module docs): `start`, the command started in the background
-/// with its stdout in `file`, then whole-file SFTP reads until it holds the 1 MiB (2 ms
-/// apart when short, as `job_and_read` polls).
+/// with its stdout in `file`, then its output read back over SFTP.
 async fn floor(executor: &SshExecutor, start: &str, file: &str) -> anyhow::Result<()> {
     ensure!(
         executor.run(start).await?.status.success(),
         "{start} failed"
     );
+    read_until_full(executor, file).await
+}
+
+/// Whole-file SFTP reads of `file` until it holds the 1 MiB (2 ms apart when short, as
+/// `job_and_read` polls).
+async fn read_until_full(executor: &SshExecutor, file: &str) -> anyhow::Result<()> {
     let (path, started) = (Path::new(file), Instant::now());
     loop {
         // Missing until the background shell made it.
@@ -94,6 +103,99 @@ async fn floor(executor: &SshExecutor, start: &str, file: &str) -> anyhow::Resul
             "{file}: {len} bytes after 10 s"
         );
         tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// The floor of a design that starts no process when asked (see the module docs): slots
+/// made ahead, untimed, each a directory holding a FIFO, its stdout copier (`head -c`, as a
+/// job's spool cap) already running, and a shell in a session of its own blocked on the
+/// FIFO. A start takes the slot with SFTP alone: renames it to the job's name (the claim),
+/// writes the shell's `launch` and `go` into the FIFO, then stats the shell's `pid` record
+/// until it is written (the job known to run), and reads the output as the other floors.
+struct Slots {
+    sftp: russh_sftp::client::SftpSession,
+    dir: String,
+    made: u32,
+    ready: Option<String>,
+}
+
+impl Slots {
+    /// Makes the next slot and lets its processes settle (untimed).
+    async fn prepare(&mut self, executor: &SshExecutor) -> anyhow::Result<()> {
+        self.made += 1;
+        let slot = format!("{}/slot-{}", self.dir, self.made);
+        let setup = format!(
+            "cd {slot} && mkfifo go && : >pid && (exec </dev/null >/dev/null 2>&1; \
+             {{ setsid sh -c 'read -r g <go; exec </dev/null; . ./launch' | head -c 100000000 >stdout; }} &)"
+        );
+        let made = executor.run(&format!("mkdir {slot} && {setup}")).await?;
+        ensure!(
+            made.status.success(),
+            "slot: {}",
+            String::from_utf8_lossy(&made.stderr())
+        );
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        self.ready = Some(slot);
+        Ok(())
+    }
+
+    /// Writes the slot shell's `launch` and says `go` on its FIFO.
+    async fn launch(&self, slot: &str, launch: &str) -> anyhow::Result<()> {
+        use russh_sftp::protocol::OpenFlags;
+        use tokio::io::AsyncWriteExt;
+        raw::sftp_write(&self.sftp, &format!("{slot}/launch"), launch.as_bytes()).await?;
+        // Read and write: opening a FIFO so never waits for its reader; append: the server
+        // writes without seeking (a FIFO cannot).
+        let mut go = self
+            .sftp
+            .open_with_flags(
+                format!("{slot}/go"),
+                OpenFlags::READ | OpenFlags::WRITE | OpenFlags::APPEND,
+            )
+            .await?;
+        go.write_all(b"go\n").await?;
+        go.shutdown().await?;
+        Ok(())
+    }
+
+    /// Ends the slot left prepared: its shell exits, its copier with it.
+    async fn finish(&mut self) -> anyhow::Result<()> {
+        match self.ready.take() {
+            Some(slot) => self.launch(&slot, "exit 0\n").await,
+            None => Ok(()),
+        }
+    }
+
+    /// Takes the prepared slot (timed: the returned duration) and prepares the next one.
+    async fn start_and_read(&mut self, executor: &SshExecutor) -> anyhow::Result<Duration> {
+        if self.ready.is_none() {
+            self.prepare(executor).await?;
+        }
+        let slot = self.ready.take().context("no slot")?;
+        let job = format!("{slot}-job");
+        let launch = format!("printf '%s\\n' \"$$\" 1<>pid; exec sh -c '{COMMAND_1MIB}'\n");
+        let started = Instant::now();
+        // One SFTP channel: the server takes the requests in this order, so `launch` and
+        // `go` are written after the rename (into the renamed directory).
+        let (renamed, launched) =
+            tokio::join!(self.sftp.rename(&slot, &job), self.launch(&job, &launch));
+        renamed?;
+        launched?;
+        loop {
+            let pid = self.sftp.metadata(format!("{job}/pid")).await?;
+            if pid.size.unwrap_or(0) > 0 {
+                break;
+            }
+            ensure!(
+                started.elapsed() < Duration::from_secs(10),
+                "{job}: no pid after 10 s"
+            );
+            tokio::time::sleep(Duration::from_micros(300)).await;
+        }
+        read_until_full(executor, &format!("{job}/stdout")).await?;
+        let took = started.elapsed();
+        self.prepare(executor).await?;
+        Ok(took)
     }
 }
 
@@ -223,7 +325,18 @@ pub fn jobs(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
     let floor_dir = format!("/tmp/swiftide-ssh-bench-floor-{}", std::process::id());
     rt.block_on(executor.run(&format!("mkdir -p {floor_dir}")))?;
     let mut floor_runs = 0u32;
-    let m = interleaved(blocks, per_block, 6, |i| {
+    let mut slots = rt.block_on(async {
+        let handle = raw::connect(&ctx.conn.raw_target(), true).await?;
+        anyhow::Ok(Slots {
+            sftp: raw::sftp(&handle).await?,
+            dir: floor_dir.clone(),
+            made: 0,
+            ready: None,
+        })
+    })?;
+    // The slot floor times itself (its next slot is made inside the op, untimed).
+    let mut slot_times = Vec::new();
+    let m = interleaved(blocks, per_block, 7, |i| {
         rt.block_on(async {
             floor_runs += 1;
             let file = format!("{floor_dir}/{floor_runs}");
@@ -247,6 +360,10 @@ pub fn jobs(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
                     let start = format!("{COMMAND_1MIB} >{file} 2>/dev/null </dev/null & echo $!");
                     floor(&executor, &start, &file).await
                 }
+                6 => {
+                    slot_times.push(slots.start_and_read(&executor).await?);
+                    Ok(())
+                }
                 _ => {
                     // The start alone (the job's output is left unread).
                     made.push(executor.spawn_job(COMMAND_1MIB, JobOptions::new()).await?);
@@ -257,6 +374,16 @@ pub fn jobs(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
     })?;
     let (exec, cursor, wait, start) = (&m[0], &m[1], &m[2], &m[3]);
     let (floor_session, floor_bare) = (&m[4], &m[5]);
+    // Without each block's untimed first op.
+    let floor_slot = Measured {
+        times: Samples::new(
+            slot_times
+                .chunks(per_block + 1)
+                .flat_map(|block| block.iter().skip(1).copied())
+                .collect(),
+        ),
+        server_cpu_us: f64::NAN,
+    };
     for (label, s) in [
         ("run (exec), 1 MiB", exec),
         ("spawn_job + read by cursor", cursor),
@@ -264,18 +391,21 @@ pub fn jobs(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
         ("spawn_job alone", start),
         ("floor: setsid sh -c >file &, SFTP", floor_session),
         ("floor: bare >file &, SFTP", floor_bare),
+        ("floor: slot made ahead, SFTP", &floor_slot),
     ] {
-        println!(
-            "  {label:<32} {}; server CPU {:.0} µs",
-            s.times.describe(),
-            s.server_cpu_us
-        );
+        let cpu = if s.server_cpu_us.is_nan() {
+            "server CPU not counted (the op also makes the next slot)".to_owned()
+        } else {
+            format!("server CPU {:.0} µs", s.server_cpu_us)
+        };
+        println!("  {label:<32} {}; {cpu}", s.times.describe());
     }
     // Remove the jobs and the floors' files (untimed).
     ctx.rt.block_on(async {
         for job in made {
             let _ = job.remove().await;
         }
+        let _ = slots.finish().await;
         let _ = executor.run(&format!("rm -rf {floor_dir}")).await;
     });
     let of_run = |s: &Measured| s.times.median().as_secs_f64() / exec.times.median().as_secs_f64();
@@ -285,7 +415,7 @@ pub fn jobs(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
         format!(
             "{}; with `Job::wait` first: {}; `spawn_job` alone {} (server CPU {:.1} ms per \
              start); floors of an exec-per-start design read over SFTP: in a session {} ({}), \
-             bare {} ({})",
+             bare {} ({}); of a start that takes a slot made ahead: {} ({})",
             cursor.times.short(),
             wait.times.short(),
             start.times.short(),
@@ -294,6 +424,8 @@ pub fn jobs(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
             ratio(of_run(floor_session)),
             floor_bare.times.short(),
             ratio(of_run(floor_bare)),
+            floor_slot.times.short(),
+            ratio(of_run(&floor_slot)),
         ),
         format!("`run` {}", exec.times.short()),
         format!("{} (with wait: {})", ratio(x), ratio(of_run(wait))),
