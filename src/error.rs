@@ -45,6 +45,129 @@ impl std::fmt::Display for Phase {
     }
 }
 
+/// The tool a [`Become`](crate::Become) escalates with. (It lives beside [`Error`], which
+/// names it in [`Error::BecomeFailed`].)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BecomeMethod {
+    /// `sudo`.
+    Sudo,
+    /// `doas` (OpenBSD's, or opendoas on Linux).
+    Doas,
+    /// `su`.
+    Su,
+}
+
+impl BecomeMethod {
+    /// The tool's name, as on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            BecomeMethod::Sudo => "sudo",
+            BecomeMethod::Doas => "doas",
+            BecomeMethod::Su => "su",
+        }
+    }
+}
+
+impl std::fmt::Display for BecomeMethod {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for BecomeMethod {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<Self> {
+        match text {
+            "sudo" => Ok(BecomeMethod::Sudo),
+            "doas" => Ok(BecomeMethod::Doas),
+            "su" => Ok(BecomeMethod::Su),
+            other => Err(Error::Config {
+                reason: format!("unknown become method {other:?} (sudo, doas or su)"),
+            }),
+        }
+    }
+}
+
+/// Why an escalation failed ([`Error::BecomeFailed`]). In every case the command did not run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BecomeFailure {
+    /// The tool rejected the password (sudo: "Sorry, try again"; su and doas:
+    /// "Authentication failure"). It is sent once: a second prompt is not answered.
+    IncorrectPassword,
+    /// The tool wants a password and none was configured (or the provider gave none), or
+    /// an empty one was refused (sudo: "a password is required"; doas: "Authentication
+    /// required", also when one was configured, since doas reads passwords only from a
+    /// terminal).
+    PasswordRequired,
+    /// The account may not escalate to the target, or may not run `/bin/sh` as it ("is not
+    /// in the sudoers file", "is not allowed to execute", "Operation not permitted").
+    NotAllowed,
+    /// The tool wants a terminal (sudo's `Defaults requiretty`: "you must have a tty"). The
+    /// executor's commands have none; allow the account `Defaults:<user> !requiretty`.
+    TerminalRequired,
+    /// The target account does not exist.
+    UnknownUser,
+    /// The tool is not installed on the host (or not on the login's `PATH`).
+    NotInstalled,
+    /// The escalation did not hand over within [`Become::timeout`](crate::Become::timeout)
+    /// (a prompt nobody answers, a PAM module that waits).
+    Timeout,
+    /// Anything else; the tool's own words are in the error's `message`.
+    Other,
+}
+
+impl BecomeFailure {
+    /// The reason's word in fleet records (`become_failure`): `incorrect_password`,
+    /// `password_required`, `not_allowed`, `terminal_required`, `unknown_user`,
+    /// `not_installed`, `timeout`, `other`. Part of the record schema.
+    pub fn word(self) -> &'static str {
+        match self {
+            BecomeFailure::IncorrectPassword => "incorrect_password",
+            BecomeFailure::PasswordRequired => "password_required",
+            BecomeFailure::NotAllowed => "not_allowed",
+            BecomeFailure::TerminalRequired => "terminal_required",
+            BecomeFailure::UnknownUser => "unknown_user",
+            BecomeFailure::NotInstalled => "not_installed",
+            BecomeFailure::Timeout => "timeout",
+            BecomeFailure::Other => "other",
+        }
+    }
+
+    /// The reason a [`word`](Self::word) names (an unknown word reads as `Other`).
+    pub fn from_word(word: &str) -> Self {
+        [
+            BecomeFailure::IncorrectPassword,
+            BecomeFailure::PasswordRequired,
+            BecomeFailure::NotAllowed,
+            BecomeFailure::TerminalRequired,
+            BecomeFailure::UnknownUser,
+            BecomeFailure::NotInstalled,
+            BecomeFailure::Timeout,
+        ]
+        .into_iter()
+        .find(|reason| reason.word() == word)
+        .unwrap_or(BecomeFailure::Other)
+    }
+}
+
+impl std::fmt::Display for BecomeFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            BecomeFailure::IncorrectPassword => "incorrect password",
+            BecomeFailure::PasswordRequired => "a password is required",
+            BecomeFailure::NotAllowed => "not allowed",
+            BecomeFailure::TerminalRequired => "a terminal is required",
+            BecomeFailure::UnknownUser => "unknown target user",
+            BecomeFailure::NotInstalled => "not installed",
+            BecomeFailure::Timeout => "timed out",
+            BecomeFailure::Other => "failed",
+        })
+    }
+}
+
 /// Everything that can go wrong in this crate.
 ///
 /// Command failures are *not* errors: a nonzero exit, a death by signal or a timeout are
@@ -436,6 +559,26 @@ pub enum Error {
         bytes: u64,
         /// Why, in words (`spool cap of 1048576 bytes reached`, `No space left on device`).
         reason: String,
+    },
+
+    /// Escalating to another account ([`Become`](crate::Become)) failed before the command,
+    /// file operation or job started: **nothing ran**. Never retried; the password, if one
+    /// was sent, is in neither field.
+    #[error("{method} to {user} on {host}:{port}: {reason}{}",
+        if message.is_empty() { String::new() } else { format!(" ({message})") })]
+    BecomeFailed {
+        /// Destination host.
+        host: String,
+        /// Destination port.
+        port: u16,
+        /// The escalation tool.
+        method: BecomeMethod,
+        /// The target account.
+        user: String,
+        /// Why, as far as the tool's words tell.
+        reason: BecomeFailure,
+        /// What the tool said, its prompts left out (at most a few lines).
+        message: String,
     },
 
     /// The executor was closed with [`SshExecutor::close`](crate::SshExecutor::close).

@@ -9,8 +9,8 @@ use std::{
 use tracing::Instrument;
 
 use crate::{
-    command::{self, ExecRequest, Execution, OutputSink, Program, Supervision},
-    config::Config,
+    command::{self, Exchange, ExecRequest, Execution, OutputSink, Program, Supervision},
+    config::{Become, Config},
     error::{Error, Result},
     pool::{Pool, PoolStats},
 };
@@ -23,15 +23,23 @@ use crate::{
 ///
 /// Dropping the last clone drops the pool: idle connections close, and commands still
 /// running keep their connection until they end.
+///
+/// A handle escalates (sudo, doas, su) as its [`Become`] says: the builder's
+/// [`with_become`](crate::SshExecutorBuilder::with_become), or another one for this handle
+/// and its clones with [`with_become`](Self::with_become) /
+/// [`without_become`](Self::without_become), which share the pool.
 #[derive(Clone)]
 pub struct SshExecutor {
     pub(crate) inner: Arc<Pool>,
+    /// The escalation of this handle's commands, files and jobs.
+    pub(crate) escalation: Option<Arc<Become>>,
 }
 
 impl std::fmt::Debug for SshExecutor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SshExecutor")
             .field("config", &self.inner.config)
+            .field("escalation", &self.escalation)
             .field("registry", &self.inner.registry)
             .finish_non_exhaustive()
     }
@@ -67,9 +75,45 @@ impl ExecOptions {
 
 impl SshExecutor {
     pub(crate) fn from_config(config: Config) -> Result<Self> {
+        let escalation = config.escalation.clone().map(Arc::new);
         Ok(SshExecutor {
             inner: Arc::new(Pool::new(config)?),
+            escalation,
         })
+    }
+
+    /// A handle on the same pool whose commands, file operations, `stream_files` and jobs
+    /// escalate with `escalation` (see [`Become`]); this handle keeps its own. Cheap: no
+    /// connection is made. Jobs started through it live in the target's state directory,
+    /// so reattach to them through a handle with the same escalation.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a target user or flag that could change the exec request, or a
+    /// password with a newline.
+    pub fn with_become(&self, escalation: Become) -> Result<SshExecutor> {
+        escalation.validate()?;
+        Ok(SshExecutor {
+            inner: self.inner.clone(),
+            escalation: Some(Arc::new(escalation)),
+        })
+    }
+
+    /// A handle on the same pool that runs everything as the login user.
+    pub fn without_become(&self) -> SshExecutor {
+        SshExecutor {
+            inner: self.inner.clone(),
+            escalation: None,
+        }
+    }
+
+    /// The escalation this handle uses, if any.
+    pub fn escalation(&self) -> Option<&Become> {
+        self.escalation.as_deref()
+    }
+
+    /// A fresh exchange with the escalation tool for one exec request (a new random prompt).
+    pub(crate) fn exchange(&self) -> Option<Exchange> {
+        self.escalation.clone().map(Exchange::new)
     }
 
     /// Opens a connection now unless one exists.
@@ -161,13 +205,27 @@ impl SshExecutor {
         let dir = self.resolve_dir(options.current_dir.as_deref());
         let config = &self.inner.config;
         let supervision = Supervision::of(config);
-        let wrapped =
-            command::wrapper(&program, dir.as_deref(), &config.env, &marker, supervision)?;
-        let direct =
-            command::direct_wrapper(&program, dir.as_deref(), &config.env, &marker, supervision)
-                .map(|direct| (direct.request, direct.stdin.into(), direct.controlled));
+        let exchange = self.exchange();
+        let escalation = exchange.as_ref().map(Exchange::escalation);
+        let wrapped = command::wrapper(
+            &program,
+            dir.as_deref(),
+            &config.env,
+            &marker,
+            supervision,
+            escalation.as_ref(),
+        )?;
+        // The direct form runs the command as the login shell's user: not under an
+        // escalation, whose commands take the universal form through the tool.
+        let direct = exchange
+            .is_none()
+            .then(|| {
+                command::direct_wrapper(&program, dir.as_deref(), &config.env, &marker, supervision)
+            })
+            .flatten()
+            .map(|direct| (direct.request, direct.stdin.into(), direct.controlled));
         let prestarted = command::prestart_payload(
-            Some(&program),
+            exchange.is_none().then_some(&program),
             dir.as_deref(),
             &config.env,
             &marker,
@@ -181,6 +239,7 @@ impl SshExecutor {
             controlled: wrapped.controlled,
             direct,
             prestarted,
+            escalation: exchange,
         };
         let timeout = self.resolve_timeout(options.timeout);
         // The command text may hold secrets typed by an agent: log its length only.

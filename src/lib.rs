@@ -37,6 +37,11 @@
 //!   [`write_file_bytes`](SshExecutor::write_file_bytes), [`metadata`](SshExecutor::metadata),
 //!   [`list_dir`](SshExecutor::list_dir), ...) over SFTP, writes atomic; `stream_files` with
 //!   LocalExecutor's ignore rules.
+//! * **Become:** [`Become`] escalates commands, files, `stream_files` and jobs with sudo,
+//!   doas or su ([`SshExecutorBuilder::with_become`], [`SshExecutor::with_become`]): the
+//!   password only on the channel at the tool's random prompt, kills that still take the
+//!   whole group, atomic writes that keep owner and mode, typed
+//!   [`Error::BecomeFailed`] results ([`BecomeFailure`]).
 //! * **Pooling:** commands share connections through channels ([`PoolStats`]); a command is
 //!   sent at most once.
 //! * **Fleets:** [`Fleet`] runs one command on many hosts: node sets, Ansible inventories,
@@ -99,9 +104,10 @@ mod swiftide;
 pub use builder::SshExecutorBuilder;
 pub use command::{Execution, ExitStatus, OutputChunk, OutputSink};
 pub use config::{
-    AuthMethod, HostConfig, HostKeyPolicy, JumpHost, Secret, SshConfig, StrictHostKeyChecking,
+    AuthMethod, Become, HostConfig, HostKeyPolicy, JumpHost, PasswordProvider, PasswordRequest,
+    Secret, SshConfig, StrictHostKeyChecking,
 };
-pub use error::{Error, Phase, Result, SftpStatus};
+pub use error::{BecomeFailure, BecomeMethod, Error, Phase, Result, SftpStatus};
 pub use executor::{ExecOptions, SshExecutor};
 pub use files::{DirEntry, FileMetadata, FileType};
 pub use fleet::{

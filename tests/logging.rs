@@ -165,3 +165,116 @@ async fn a_slow_login_shell_is_reported_once_per_connection() {
         warnings()
     );
 }
+
+/// Every process's argv and environment on the host (this machine), read from `/proc`.
+fn proc_texts() -> Vec<(String, Vec<u8>)> {
+    let mut texts = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return texts;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        for file in ["cmdline", "environ"] {
+            if let Ok(bytes) = std::fs::read(entry.path().join(file)) {
+                texts.push((format!("/proc/{name}/{file}"), bytes));
+            }
+        }
+    }
+    texts
+}
+
+/// The become password travels only on the channel, to the tool's prompt: it is in no
+/// process's argv or environment on the host while escalations run (sampled every
+/// millisecond), not in sshd's log at `LogLevel DEBUG3`, not in the crate's logs at any
+/// level, and not in errors, `Debug` output or fleet records.
+#[tokio::test(flavor = "current_thread")]
+async fn the_become_password_is_in_no_argv_environment_log_or_error() {
+    use swiftide_ssh_executor::{Become, Fleet, JobOptions, Secret};
+    use swiftide_ssh_testbed::{BECOME_PASSWORD, Escalation};
+    let (captured, _guard) = capture(tracing::Level::TRACE);
+    let tb = Testbed::builder()
+        .escalation(Escalation::SudoPassword)
+        .sshd_config_line("LogLevel DEBUG3")
+        .start()
+        .unwrap();
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let (mut hits, mut samples) = (Vec::new(), 0u32);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for (path, bytes) in proc_texts() {
+                    if bytes
+                        .windows(BECOME_PASSWORD.len())
+                        .any(|w| w == BECOME_PASSWORD.as_bytes())
+                    {
+                        hits.push(path);
+                    }
+                }
+                samples += 1;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            (hits, samples)
+        })
+    };
+
+    let become_root = || Become::sudo().password(Secret::new(BECOME_PASSWORD));
+    // Fresh connections, so that sudo asks every time (it keeps an authentication for a
+    // connection): commands, a file, a job.
+    for _ in 0..5 {
+        let ex = common::executor(&tb)
+            .await
+            .with_become(become_root())
+            .unwrap();
+        assert_eq!(ex.run("id -u; sleep 0.05").await.unwrap().stdout(), b"0\n");
+    }
+    let ex = common::executor(&tb)
+        .await
+        .with_become(become_root())
+        .unwrap();
+    assert!(ex.read_file_bytes("/etc/shadow".as_ref()).await.is_ok());
+    let job = ex.spawn_job("echo job", JobOptions::new()).await.unwrap();
+    job.wait(Duration::from_secs(20)).await.unwrap();
+    job.remove().await.unwrap();
+    // A wrong one, through an error and a fleet record.
+    let wrong_password = format!("{BECOME_PASSWORD}-wrong");
+    let wrong = common::executor(&tb)
+        .await
+        .with_become(Become::sudo().password(Secret::new(wrong_password.clone())))
+        .unwrap();
+    let error = wrong.run("true").await.unwrap_err();
+    let fleet = Fleet::new([common::builder(&tb).build_lazy().unwrap()])
+        .with_become(Become::sudo().password(Secret::new(wrong_password.clone())))
+        .unwrap();
+    let report = fleet.run("true", |_| {}).await;
+    let records = serde_json::to_string(&report.records(false)).unwrap();
+
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (hits, samples) = watcher.join().unwrap();
+    assert!(samples > 20, "{samples} samples of /proc");
+    assert!(hits.is_empty(), "the password is visible in {hits:?}");
+    let sshd_log = tb.sshd_log();
+    assert!(sshd_log.contains("debug3"), "sshd logged at DEBUG3");
+    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        logs.contains("answering the escalation's prompt"),
+        "logging was captured"
+    );
+    for (what, text) in [
+        ("sshd's log", sshd_log),
+        ("the crate's logs", logs),
+        ("the error", format!("{error} {error:?}")),
+        ("the executor", format!("{wrong:?}")),
+        ("the fleet's records", records),
+    ] {
+        assert!(
+            !text.contains(BECOME_PASSWORD),
+            "the password is in {what}:\n{text}"
+        );
+    }
+    eprintln!("figure: {samples} samples of every process's argv and environment, no password");
+}

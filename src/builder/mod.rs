@@ -9,7 +9,8 @@ use russh::keys::PrivateKey;
 use crate::{
     command::Supervision,
     config::{
-        self, AuthMethod, Config, EnvPlan, HostKeyPolicy, JumpHost, JumpTarget, Secret, limit,
+        self, AuthMethod, Become, Config, EnvPlan, HostKeyPolicy, JumpHost, JumpTarget, Secret,
+        limit,
     },
     error::{Error, Result},
     executor::SshExecutor,
@@ -44,6 +45,7 @@ pub struct SshExecutorBuilder {
     kill_on_disconnect: bool,
     max_output_bytes: Option<usize>,
     job_retention: Option<Duration>,
+    escalation: Option<Become>,
     /// Jump hosts in order, client side first (`ssh/jump.rs`).
     pub(crate) jump_hosts: Vec<JumpHost>,
     /// The jump hosts came from an ssh_config `ProxyJump`: an explicit `jump_host`
@@ -71,6 +73,7 @@ impl fmt::Debug for SshExecutorBuilder {
             .field("envs", &names)
             .field("jump_hosts", &self.jump_hosts)
             .field("file_auth", &self.file_auth)
+            .field("escalation", &self.escalation)
             .finish_non_exhaustive()
     }
 }
@@ -101,6 +104,7 @@ impl Default for SshExecutorBuilder {
             kill_on_disconnect: true,
             max_output_bytes: None,
             job_retention: Some(Duration::from_secs(7 * 24 * 3600)),
+            escalation: None,
             jump_hosts: Vec::new(),
             jump_hosts_from_file: false,
             file_auth: Vec::new(),
@@ -448,6 +452,17 @@ impl SshExecutorBuilder {
         self
     }
 
+    /// Escalates everything the executor does on the host (commands, file operations,
+    /// `stream_files`, jobs) to another account with `sudo`, `doas` or `su` (see [`Become`]).
+    /// [`SshExecutor::with_become`] and [`SshExecutor::without_become`] change it for one
+    /// handle. Defaults to none: everything runs as the login user. [`build`](Self::build)
+    /// refuses a target user or flag that could change the exec request, and a password with
+    /// a newline, with [`Error::Config`].
+    pub fn with_become(mut self, escalation: Become) -> Self {
+        self.escalation = Some(escalation);
+        self
+    }
+
     pub(crate) fn into_config(self) -> Result<Config> {
         let config_error = |reason: &str| Error::Config {
             reason: reason.to_owned(),
@@ -476,6 +491,9 @@ impl SshExecutorBuilder {
         limit::check_optional("keepalive_interval", self.keepalive_interval)?;
         limit::check("kill_grace", self.kill_grace)?;
         limit::check_optional("job_retention", self.job_retention)?;
+        if let Some(escalation) = &self.escalation {
+            escalation.validate()?;
+        }
         let mut auth = self.auth;
         if auth.is_empty() {
             auth = self.file_auth;
@@ -525,6 +543,7 @@ impl SshExecutorBuilder {
             job_retention: self.job_retention,
             drain_timeout: Duration::from_secs(2),
             jump_hosts,
+            escalation: self.escalation,
         };
         config.prestart_request = crate::command::prestart_request(Supervision::of(&config));
         Ok(config)

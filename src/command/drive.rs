@@ -28,12 +28,13 @@ use tracing::Instrument;
 
 use crate::{
     command::{
+        escalation::Exchange,
         marker::MarkerParser,
         output::{Execution, ExitStatus, OutputChunk, OutputSink, Retained},
         supervisor,
     },
     config::{Config, limit},
-    error::{Error, Phase, Result},
+    error::{BecomeFailure, Error, Phase, Result},
     pool::{self, ChannelCount, Counters, Pool, PooledSlot, Running, Session},
 };
 
@@ -58,6 +59,9 @@ pub(crate) struct ExecRequest {
     /// What a pre-started spare gets on stdin for this command (see
     /// [`prestart_payload`](fn@crate::command::prestart_payload)).
     pub(crate) prestarted: crate::command::PrestartPayload,
+    /// The request runs an escalation tool first (see `command::escalation`): its words
+    /// before the marker are not the command's, and its prompt may want the password.
+    pub(crate) escalation: Option<Exchange>,
 }
 
 enum Event {
@@ -393,24 +397,40 @@ async fn drive_once(
     // read loop notices a connection that dies meanwhile (russh waits for window space
     // without end when the peer is gone). stdin then stays open: EOF would tell the
     // supervisor that the client is gone.
-    let payload = controlled.then(|| PayloadWriter::start(&channel, stdin));
-    if controlled {
-        // The payload writer above keeps stdin open.
-    } else if stdin.is_empty() {
-        let _ = channel.eof().await;
+    //
+    // An escalation tool that may read a password from stdin gets nothing before it has
+    // handed over (the marker): it would take the payload for a password.
+    //
+    // A pre-started shell needs its frame first, though: it starts the tool.
+    let escalation = request.escalation.as_ref();
+    let stdin_waits = escalation.is_some_and(Exchange::payload_waits);
+    let mut stdin_started = !stdin_waits;
+    let held_stdin = if stdin_waits && prestarted {
+        let head = request.prestarted.head.min(stdin.len());
+        let _ = channel.data(&stdin[..head]).await;
+        stdin.slice(head..)
     } else {
-        // Written concurrently with the read loop: an interpreter that exits without reading
-        // its whole body must not stall us (nor fail the command, as LocalExecutor does).
-        let mut writer = channel.make_writer();
-        let body = stdin.clone();
-        tokio::spawn(async move {
-            let _ = writer.write_all(&body).await;
-            let _ = writer.shutdown().await;
-        });
-    }
+        stdin.clone()
+    };
+    let mut payload = if stdin_waits {
+        None
+    } else {
+        start_stdin(&channel, stdin, controlled).await
+    };
 
     let session = slot.session.clone();
-    let mut marker = MarkerParser::new(&request.marker);
+    let mut marker = match escalation {
+        Some(_) => MarkerParser::escalated(&request.marker),
+        None => MarkerParser::new(&request.marker),
+    };
+    // The escalation's prompts, its deadline, and a failure decided here (a timeout, a
+    // password refused or missing) rather than read from the tool's words.
+    let mut watcher = escalation.and_then(Exchange::watcher);
+    let mut become_deadline =
+        escalation.and_then(|exchange| limit::deadline(Instant::now(), exchange.settings.timeout));
+    let mut become_outcome: Option<BecomeFailure> = None;
+    // What the tool printed before the marker, both streams in arrival order.
+    let mut said: Vec<u8> = Vec::new();
     let mut pgid: Option<u32> = None;
     let mut status: Option<ExitStatus> = None;
     let mut replied = false;
@@ -424,7 +444,9 @@ async fn drive_once(
     // A direct request holds its output back until the marker shows that the login shell ran
     // the bootstrap: if it did not, the command runs again in the universal form and this
     // attempt's output (the shell's complaint) must not reach the caller.
-    let mut held = (direct.is_some() || prestarted).then(HeldOutput::default);
+    // So does an escalated one: the command's first stdout may come before its marker.
+    let mut held =
+        (direct.is_some() || prestarted || escalation.is_some()).then(HeldOutput::default);
 
     loop {
         let give_up = async {
@@ -433,8 +455,21 @@ async fn drive_once(
                 None => std::future::pending().await,
             }
         };
+        let become_timer = async {
+            match become_deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             biased;
+            // The escalation did not hand over in time: nothing ran.
+            _ = become_timer => {
+                become_outcome = Some(BecomeFailure::Timeout);
+                let _ = channel.eof().await;
+                let _ = channel.close().await;
+                break;
+            }
             // Fires on an explicit kill (timeout) and when the caller's future is dropped.
             _ = &mut *kill, if !kill_wanted => {
                 kill_wanted = true;
@@ -444,14 +479,53 @@ async fn drive_once(
                 );
             }
             message = channel.wait() => match message {
+                // Before the hand-over of a tool that may read stdin, nothing of the command
+                // has been sent: stdout is the tool's (BusyBox's su prompts there), not output.
+                Some(russh::ChannelMsg::Data { data }) if !stdin_started => {
+                    heard = true;
+                    said.extend_from_slice(&data);
+                    if become_outcome.is_none()
+                        && let (Some(watcher), Some(exchange)) = (watcher.as_mut(), escalation)
+                    {
+                        become_outcome = exchange.answer(watcher, &said, &channel, config).await;
+                    }
+                }
                 Some(russh::ChannelMsg::Data { data }) => {
                     heard = true;
                     emit(&mut held, events, budget, OutputChunk::Stdout(data)).await;
                 }
                 Some(russh::ChannelMsg::ExtendedData { data, .. }) => {
                     heard = true;
+                    if escalation.is_some() && pgid.is_none() {
+                        said.extend_from_slice(&data);
+                    }
                     let (found, parts) = marker.feed(data);
-                    if found.is_some() {
+                    if found.is_none()
+                        && become_outcome.is_none()
+                        && let (Some(watcher), Some(exchange)) = (watcher.as_mut(), escalation)
+                    {
+                        become_outcome = exchange.answer(watcher, &said, &channel, config).await;
+                    }
+                    if found.is_some() && escalation.is_some() {
+                        // Handed over: the target's shell runs the bootstrap now. `S <shell>`:
+                        // the tool had replaced a login shell that led its own group (see
+                        // `wrapper::bootstrap`), which tells what it tells unescalated.
+                        pgid = found;
+                        become_deadline = None;
+                        watcher = None;
+                        if !prestarted
+                            && let Some(shell) =
+                                marker.traits().and_then(|traits| traits.strip_prefix("S "))
+                        {
+                            session.learn_direct_bootstrap(crate::command::direct_capable(
+                                &format!("L {shell}"),
+                            ));
+                        }
+                        if !stdin_started {
+                            stdin_started = true;
+                            payload = start_stdin(&channel, &held_stdin, controlled).await;
+                        }
+                    } else if found.is_some() {
                         pgid = found;
                         if let Some(at) = replied_at {
                             // `L bash` from the universal form; the direct form says `L direct`.
@@ -499,7 +573,9 @@ async fn drive_once(
                 }
                 Some(russh::ChannelMsg::Success) => {
                     replied = true;
-                    if exec_text.is_some() {
+                    // Under an escalation the time to the marker is the tool's, not the
+                    // login shell's start-up.
+                    if exec_text.is_some() && escalation.is_none() {
                         replied_at = Some(std::time::Instant::now());
                     }
                 }
@@ -546,15 +622,16 @@ async fn drive_once(
             }
             let _ = channel.eof().await;
         }
+        if kill_wanted && !kill_sent && !stdin_started {
+            // Still escalating: nothing of the command was sent, so nothing runs once stdin
+            // closes (the tool's password read and the bootstrap's payload read both fail).
+            kill_sent = true;
+            let _ = channel.eof().await;
+        }
         if kill_wanted && !kill_sent {
             if let Some(pgid) = pgid {
                 kill_sent = true;
-                spawn_kill(
-                    session.clone(),
-                    config.clone(),
-                    inner.registry.clone(),
-                    pgid,
-                );
+                spawn_kill(inner.clone(), session.clone(), escalation.cloned(), pgid);
             } else if status.is_some() {
                 kill_sent = true;
             }
@@ -562,6 +639,26 @@ async fn drive_once(
     }
     if let Some(payload) = &payload {
         payload.abort();
+    }
+    if let Some(exchange) = escalation
+        && pgid.is_none()
+        && !kill_wanted
+    {
+        let _ = marker.give_up();
+        let said = said.as_slice();
+        // A pre-started shell that ended before it ran anything (124, 125) said nothing:
+        // that is the spare's failure, handled below, not the tool's.
+        let spare_failed =
+            prestarted && said.is_empty() && matches!(status, Some(ExitStatus::Code(124 | 125)));
+        if !spare_failed && (become_outcome.is_some() || (closed && !session.is_dead())) {
+            let exit = match status {
+                Some(ExitStatus::Code(code)) => Some(code),
+                _ => None,
+            };
+            let reason = become_outcome.unwrap_or_else(|| exchange.classify(said, exit));
+            tracing::debug!(%reason, "the escalation failed; nothing ran");
+            return Attempt::Done(Err(exchange.failed(config, reason, said)));
+        }
     }
     if held.is_some() && pgid.is_none() && !kill_wanted && closed && !session.is_dead() {
         // The login shell did not run the direct bootstrap (it prints the marker before it
@@ -660,6 +757,32 @@ async fn release(
     }
 }
 
+/// Starts what goes on the command's stdin: for a controlled request its payload line, by a
+/// [`PayloadWriter`] that keeps stdin open (the supervisor's control line); otherwise all of
+/// it, then EOF.
+async fn start_stdin(
+    channel: &russh::Channel<russh::client::Msg>,
+    stdin: &bytes::Bytes,
+    controlled: bool,
+) -> Option<PayloadWriter> {
+    if controlled {
+        return Some(PayloadWriter::start(channel, stdin));
+    }
+    if stdin.is_empty() {
+        let _ = channel.eof().await;
+    } else {
+        // Written concurrently with the read loop: an interpreter that exits without reading
+        // its whole body must not stall us (nor fail the command, as LocalExecutor does).
+        let mut writer = channel.make_writer();
+        let body = stdin.clone();
+        tokio::spawn(async move {
+            let _ = writer.write_all(&body).await;
+            let _ = writer.shutdown().await;
+        });
+    }
+    None
+}
+
 /// Writes a command's payload line on its channel in the background.
 struct PayloadWriter {
     task: tokio::task::JoinHandle<()>,
@@ -742,22 +865,60 @@ fn signal_text(signal: &russh::Sig) -> String {
     }
 }
 
-/// Kills process group `pgid` from a new channel on `session`, in the background.
-fn spawn_kill(
-    session: Arc<Session>,
-    config: Arc<Config>,
-    registry: Arc<pool::Registry>,
-    pgid: u32,
-) {
-    registry
+/// Kills process group `pgid` from a new channel on `session`, in the background. A group
+/// started through an escalation belongs to the target account, which the login user may
+/// not signal: the kill then goes through the same escalation, as one of the executor's own
+/// scripts (on any connection to the host).
+fn spawn_kill(inner: Arc<Pool>, session: Arc<Session>, escalation: Option<Exchange>, pgid: u32) {
+    inner
+        .registry
         .counters
         .kills
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     tokio::spawn(async move {
-        if let Err(error) = kill_group(&session, &config, &registry.counters, pgid).await {
+        let config = &inner.config;
+        let killed = match escalation {
+            None => kill_group(&session, config, &inner.registry.counters, pgid).await,
+            Some(exchange) => kill_escalated(&inner, exchange, pgid).await,
+        };
+        if let Err(error) = killed {
             tracing::warn!(host = %config.host, pgid, %error, "killing the remote process group failed");
         }
     });
+}
+
+/// [`kill_group`] through an escalation: the kill script as one of the executor's own
+/// scripts, escalated like the command was (its own prompt and password exchange).
+async fn kill_escalated(inner: &Arc<Pool>, exchange: Exchange, pgid: u32) -> Result<()> {
+    let exchange = Exchange::new(exchange.settings);
+    let marker = crate::command::marker_prefix(rand::random());
+    let script = supervisor::kill_script(pgid, inner.config.kill_grace);
+    let wrapped = crate::command::script_request(
+        &marker,
+        script.as_bytes(),
+        b"",
+        Some(&exchange.escalation()),
+    )?;
+    let prestarted = crate::command::prestart_payload(
+        None,
+        None,
+        &inner.config.env,
+        &marker,
+        crate::command::Supervision::of(&inner.config),
+        &wrapped,
+    );
+    let request = ExecRequest {
+        wrapper: wrapped.request,
+        stdin: wrapped.stdin.into(),
+        marker,
+        controlled: false,
+        direct: None,
+        prestarted,
+        escalation: Some(exchange),
+    };
+    let within = limit::sum(&[inner.config.kill_grace, inner.config.connect_timeout]);
+    execute(inner, request, Some(within), &mut |_| {}).await?;
+    Ok(())
 }
 
 async fn kill_group(

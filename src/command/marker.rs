@@ -18,6 +18,9 @@ pub(crate) struct MarkerParser {
     traits: Option<String>,
     /// Stderr bytes came before the marker line.
     noise_before: bool,
+    /// Drop the bytes before the marker instead of passing them on: an escalation tool's
+    /// (see `command::escalation`, which keeps them), not the command's.
+    drop_noise: bool,
 }
 
 const MARKER_SEARCH_LIMIT: usize = 64 * 1024;
@@ -30,6 +33,16 @@ impl MarkerParser {
             done: false,
             traits: None,
             noise_before: false,
+            drop_noise: false,
+        }
+    }
+
+    /// A parser for an escalated request: the bytes before the marker are the escalation
+    /// tool's, never passed on as the command's stderr.
+    pub(crate) fn escalated(prefix: &str) -> Self {
+        Self {
+            drop_noise: true,
+            ..Self::new(prefix)
         }
     }
 
@@ -80,7 +93,9 @@ impl MarkerParser {
         self.done = true;
         self.noise_before = start > 0;
         let mut out = Vec::new();
-        if let Some(before) = pending.get(..start).filter(|b| !b.is_empty()) {
+        if let Some(before) = pending.get(..start).filter(|b| !b.is_empty())
+            && !self.drop_noise
+        {
             out.push(bytes::Bytes::copy_from_slice(before));
         }
         if let Some(after) = pending.get(newline + 1..).filter(|b| !b.is_empty()) {
@@ -89,10 +104,17 @@ impl MarkerParser {
         (pgid, out)
     }
 
-    /// Returns whatever is still buffered (the stream ended without a marker).
+    /// Returns whatever is still buffered (the stream ended without a marker); an escalated
+    /// parser returns nothing.
     pub(crate) fn give_up(&mut self) -> Vec<bytes::Bytes> {
+        if self.done {
+            return Vec::new();
+        }
         self.done = true;
         let pending = std::mem::take(&mut self.pending);
+        if self.drop_noise {
+            return Vec::new();
+        }
         if pending.is_empty() {
             Vec::new()
         } else {
@@ -146,6 +168,19 @@ err",
         assert_eq!(out, vec![Bytes::from_static(b"err")]);
         // What follows the marker is the command's, not noise.
         assert!(!parser.noise_before());
+    }
+
+    #[test]
+    fn an_escalated_parser_passes_on_only_what_follows_the_marker() {
+        let mut parser = MarkerParser::escalated("@@m:");
+        let (pgid, out) = parser.feed(Bytes::from_static(b"[sudo] prompt"));
+        assert_eq!((pgid, out.len()), (None, 0));
+        let (pgid, out) = parser.feed(Bytes::from_static(b"@@m:5 S sh\nerr"));
+        assert_eq!(pgid, Some(5));
+        assert_eq!(out, vec![Bytes::from_static(b"err")]);
+        let mut failed = MarkerParser::escalated("@@m:");
+        let _ = failed.feed(Bytes::from_static(b"sudo: a password is required\n"));
+        assert!(failed.give_up().is_empty());
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! The remote program for one command: how the text is split ([`Program`]), quoted and
 //! wrapped ([`wrapper`](mod@wrapper)), how the remote side reports its process group ([`marker`]) and is
-//! stopped ([`supervisor`]), and the drive loop that runs it on a pooled channel ([`drive`]),
-//! producing an [`Execution`].
+//! stopped ([`supervisor`]), how an escalation tool is talked to ([`escalation`]), and the drive
+//! loop that runs it on a pooled channel ([`drive`]), producing an [`Execution`].
 
 mod drive;
+mod escalation;
 mod marker;
 mod output;
 mod program;
@@ -12,6 +13,7 @@ mod supervisor;
 mod wrapper;
 
 pub(crate) use drive::{ExecRequest, execute};
+pub(crate) use escalation::{Exchange, hand_over};
 pub(crate) use marker::marker_prefix;
 pub use output::{Execution, ExitStatus, OutputChunk, OutputSink};
 pub(crate) use program::Program;

@@ -66,8 +66,14 @@ pub(crate) fn supervisor_line(supervision: Supervision) -> String {
 /// `kill -SIG -PID`. Login-shell-neutral like the wrapper's bootstrap: one line, no `'`, `\`
 /// or `!` inside the quotes.
 pub(crate) fn kill_request(pgid: u32, grace: std::time::Duration) -> Vec<u8> {
+    format!("exec /bin/sh -c '{}'", kill_script(pgid, grace)).into_bytes()
+}
+
+/// The script of [`kill_request`]: also run through an escalation, as one of the executor's
+/// own scripts, for a group that belongs to another account.
+pub(crate) fn kill_script(pgid: u32, grace: std::time::Duration) -> String {
     let polls = grace.as_millis().div_ceil(50);
-    let script = if polls == 0 {
+    if polls == 0 {
         format!("kill -KILL -{pgid} 2>/dev/null; exit 0")
     } else {
         format!(
@@ -76,8 +82,7 @@ pub(crate) fn kill_request(pgid: u32, grace: std::time::Duration) -> Vec<u8> {
              if [ $n -ge {polls} ]; then kill -KILL -{pgid} 2>/dev/null; exit 0; fi; \
              sleep 0.05; n=$((n+1)); done"
         )
-    };
-    format!("exec /bin/sh -c '{script}'").into_bytes()
+    }
 }
 
 #[cfg(test)]

@@ -122,9 +122,23 @@ const NEW_SESSION_AND_WAIT: &str = "exec 6>&1 7>&2; \
      4>&1 1>&3 3>&- 2>/dev/null | cat >&7 9>&-; } 3>&1 1>&9 | cat >&6 9>&-; } 9>&1 ); \
      exit \"${s:-125}\"";
 
-/// The exec request that starts `/bin/sh` on the bootstrap (see the module docs).
-/// `supervision` is `None` for the crate's own scripts, whose stdin carries data.
-fn bootstrap(marker: &str, supervision: Option<Supervision>) -> Vec<u8> {
+/// The exec request that starts `/bin/sh` on the bootstrap (see the module docs), directly
+/// or through an escalation tool. `supervision` is `None` for the crate's own scripts, whose
+/// stdin carries data.
+fn bootstrap(
+    marker: &str,
+    supervision: Option<Supervision>,
+    escalation: Option<&Escalation<'_>>,
+) -> Vec<u8> {
+    let script = bootstrap_text(marker, supervision);
+    match escalation {
+        None => format!("exec /bin/sh -c '{script}' sh '{script}'").into_bytes(),
+        Some(escalation) => escalated_request(escalation, &script),
+    }
+}
+
+/// The bootstrap's text (see [`bootstrap`]).
+fn bootstrap_text(marker: &str, supervision: Option<Supervision>) -> String {
     let mut script = String::from(
         // A newline without writing one: every POSIX shell starts with IFS = space, tab,
         // newline (they ignore an IFS in the environment). A process group numbered `$$`
@@ -132,19 +146,31 @@ fn bootstrap(marker: &str, supervision: Option<Supervision>) -> Vec<u8> {
         // it says no is `/proc` asked too, because `setsid` run by a group leader forks and
         // its parent exits 0 at once, which would end the session early; seen once in a few
         // thousand commands while a container was being stopped. The new session (`$2` =
-        // `D`) leads its group and asks nothing.
+        // `D`, or `S` after an escalation) leads its group and asks nothing.
+        //
+        // Started by an escalation tool (`$2` = `B`: sudo, doas and util-linux su fork the
+        // command into their own group), the shell leads no group, but the tool does when
+        // the server made the session a group of its own (OpenSSH), and the server waits for
+        // the output pipes to close: then `exec setsid` makes this very process the leader
+        // of a new session (no fork: it leads no group), which is all LocalExecutor's group
+        // needs. Otherwise (Dropbear) the new session is made as below.
         "nl=${IFS#??}; \
-         [ \"$2\" = D ] || kill -0 -$$ 2>/dev/null || { read -r _ _ _ _ g _ </proc/$$/stat; \
+         [ \"$2\" = D ] || [ \"$2\" = S ] || kill -0 -$$ 2>/dev/null || { \
+         [ \"$2\" = B ] && { read -r _ _ _ _ p _ </proc/$PPID/stat; } 2>/dev/null && \
+         [ \"$p\" = \"$PPID\" ] && command -v setsid >/dev/null && exec setsid /bin/sh -c \"$1\" sh \"$1\" S \"$3\"; \
+         read -r _ _ _ _ g _ </proc/$$/stat; \
          [ \"${g:-$$}\" = \"$$\" ] || { command -v setsid >/dev/null && { ",
     );
     script.push_str(NEW_SESSION_AND_WAIT);
-    // After the pgid: `L` or `D` (whether the login shell led its own group) and the login
-    // shell's name, from which the connection learns whether it may use the direct form.
+    // After the pgid: `L` or `D` (whether the login shell led its own group; `S` or `B`
+    // after an escalation, see above) and the login shell's name (`$3` after an escalation,
+    // which passes the login's `$SHELL` on: the tool sets the target's), from which the
+    // connection learns whether it may use the direct form.
     // The marker comes before the payload is read: the time from the server's reply to the
     // exec request to this line is the login shell's start-up, whatever the link's round
     // trip (`pool::startup`).
     script.push_str(&format!(
-        "; }}; }}; }}; echo \"{marker}$$ ${{2:-L}} ${{SHELL##*/}}\" >&2 || exit 125; \
+        "; }}; }}; }}; l=${{3:-$SHELL}}; echo \"{marker}$$ ${{2:-L}} ${{l##*/}}\" >&2 || exit 125; \
          IFS= read -r w || exit 125; "
     ));
     if let Some(supervision) = supervision {
@@ -152,25 +178,86 @@ fn bootstrap(marker: &str, supervision: Option<Supervision>) -> Vec<u8> {
     }
     script.push_str("eval \"$w\"");
     debug_assert!(is_neutral(&script), "bootstrap is not login-shell neutral");
-    // `$0` is `sh`, as the shell's own error messages name it (`sh: 1: x: not found`); the
-    // text itself is `$1`, for the new session on servers that do not make one.
-    format!("exec /bin/sh -c '{script}' sh '{script}'").into_bytes()
+    script
+}
+
+/// An escalation for one exec request: the setting and, for sudo with a password, the
+/// random prompt the driver waits for (see `command::escalation`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Escalation<'a> {
+    pub(crate) settings: &'a crate::config::Become,
+    /// sudo's `-p` prompt; `None`: sudo runs with `-n` (the other tools ignore it).
+    pub(crate) prompt: Option<&'a str>,
+}
+
+/// The exec request that runs `/bin/sh` on `script` as another account (`$0` = `sh`, `$1`
+/// = the text, `$2` = `B`, `$3` = the login's `$SHELL`, as the bootstrap expects):
+///
+/// ```text
+/// exec sudo -n -u 'USER' 'FLAG'... -- /bin/sh -c '<S>' sh '<S>' B "$SHELL"   (-S -p '<prompt>' with a password)
+/// exec doas -n -u 'USER' 'FLAG'... -- /bin/sh -c '<S>' sh '<S>' B "$SHELL"
+/// exec su 'FLAG'... -s /bin/sh -c '<S>' 'USER' sh '<S>' B "$SHELL"             (util-linux su hands
+///                                                                           the words after USER to the shell)
+/// ```
+///
+/// Login-shell neutral like the bootstrap: the user name and the flags are checked
+/// (`Become::validate`), the prompt is made of letters, digits and `-`. Nothing secret is in
+/// it: the password goes on stdin when the prompt asks.
+pub(crate) fn escalated_request(escalation: &Escalation<'_>, script: &str) -> Vec<u8> {
+    use crate::error::BecomeMethod;
+    let settings = escalation.settings;
+    let flags: String = settings
+        .flags
+        .iter()
+        .map(|flag| format!("'{flag}' "))
+        .collect();
+    let user = &settings.user;
+    let program = settings.program();
+    let shell = format!("/bin/sh -c '{script}'");
+    // `"$SHELL"`, expanded by the login shell (every one expands it within double quotes),
+    // tells the bootstrap which login shell the connection has (see the marker line).
+    let args = format!("sh '{script}' B \"$SHELL\"");
+    let request = match settings.method {
+        BecomeMethod::Sudo => {
+            let mode = match escalation.prompt {
+                Some(prompt) => format!("-S -p '{prompt}'"),
+                None => "-n".to_owned(),
+            };
+            format!("exec '{program}' {mode} -u '{user}' {flags}-- {shell} {args}")
+        }
+        BecomeMethod::Doas => format!("exec '{program}' -n -u '{user}' {flags}-- {shell} {args}"),
+        BecomeMethod::Su => format!("exec '{program}' {flags}-s {shell} '{user}' {args}"),
+    };
+    debug_assert!(
+        settings.flags.iter().all(|flag| is_neutral(flag))
+            && is_neutral(user)
+            && is_neutral(program)
+            && escalation.prompt.is_none_or(is_neutral),
+        "a quoted word of the escalated request is not login-shell neutral"
+    );
+    request.into_bytes()
 }
 
 /// The exec request and what goes on stdin for one of the executor's own scripts (the exec
-/// fallbacks for files, the `stream_files` listing): the bootstrap without a supervisor,
-/// then `eval`'s the script, then `data` (followed by EOF). It prints the same marker line as
+/// fallbacks for files, the `stream_files` listing, the jobs' scripts): the bootstrap
+/// without a supervisor (escalated when `escalation` says so), then `eval`'s the script,
+/// then `data` (followed by EOF). It prints the same marker line as
 /// the [`wrapper`], so the exec machinery learns the process group and a dropped future kills
 /// the script (from a second channel); the user's directory, environment and supervisor do
 /// not apply.
-pub(crate) fn script_request(marker: &str, script: &[u8], data: &[u8]) -> Result<Wrapped> {
+pub(crate) fn script_request(
+    marker: &str,
+    script: &[u8],
+    data: &[u8],
+    escalation: Option<&Escalation<'_>>,
+) -> Result<Wrapped> {
     reject_nul("the script", script)?;
     let mut stdin = b"eval ".to_vec();
     stdin.extend_from_slice(&quote_line(script));
     stdin.push(b'\n');
     stdin.extend_from_slice(data);
     Ok(Wrapped {
-        request: bootstrap(marker, None),
+        request: bootstrap(marker, None, escalation),
         stdin,
         controlled: false,
     })
@@ -259,8 +346,10 @@ pub(crate) fn direct_text(program: &Program, dir: Option<&Path>, env: &EnvPlan) 
 /// login shell's start on its critical path.
 ///
 /// The payload's first line says how to run it: `U` (the universal form: the bootstrap
-/// text follows, and the bootstrap then reads its own payload from stdin as usual) or the
-/// command's marker prefix (the direct form: the `sh -c` text follows). Then a line count
+/// text follows, and the bootstrap then reads its own payload from stdin as usual), `E` (an
+/// escalated universal form: the whole exec request follows, `exec sudo ... /bin/sh -c
+/// '<bootstrap>' ...`, evaluated as the server would have run it) or the command's marker
+/// prefix (the direct form: the `sh -c` text follows). Then a line count
 /// and the lines. Nothing runs before the whole payload is there: closing stdin early makes
 /// the shell exit 125 without running anything.
 pub(crate) fn prestart_request(supervision: Supervision) -> Vec<u8> {
@@ -273,7 +362,7 @@ pub(crate) fn prestart_request(supervision: Supervision) -> Vec<u8> {
         "kill -0 -$$ 2>/dev/null || exit 124; nl='\n'; \
          IFS= read -r k || exit 125; IFS= read -r n || exit 125; IFS= read -r c || exit 125; \
          while [ \"$n\" -gt 1 ]; do IFS= read -r l || exit 125; c=$c$nl$l; n=$((n-1)); done; \
-         [ \"$k\" = U ] && exec /bin/sh -c \"$c\" sh \"$c\"; \
+         [ \"$k\" = U ] && exec /bin/sh -c \"$c\" sh \"$c\"; [ \"$k\" = E ] && eval \"$c\"; \
          {supervisor}echo \"$k$$ L direct\" >&2 || exit 125; exec sh -c \"$c\" </dev/null"
     )
     .into_bytes()
@@ -287,6 +376,10 @@ pub(crate) struct PrestartPayload {
     pub(crate) controlled: bool,
     /// The direct form's text (else the universal form's bootstrap and stdin).
     pub(crate) direct: bool,
+    /// How many bytes of `stdin` the pre-started shell reads before it runs anything (its
+    /// frame): all an escalation tool that may prompt gets before it hands over, the rest
+    /// (the bootstrap's own payload) only after.
+    pub(crate) head: usize,
 }
 
 /// The [`PrestartPayload`] for a command: the direct form's text when the command takes it
@@ -310,33 +403,39 @@ pub(crate) fn prestart_payload(
         stdin
     };
     if let Some(text) = program.and_then(|program| direct_text(program, dir, env)) {
+        let stdin = framed(marker.as_bytes(), &text);
         return PrestartPayload {
-            stdin: framed(marker.as_bytes(), &text).into(),
+            head: stdin.len(),
+            stdin: stdin.into(),
             controlled: supervision.kill_on_disconnect,
             direct: true,
         };
     }
-    // The universal request is `exec /bin/sh -c '<S>' sh '<S>'`: S, without the quotes.
-    let bootstrap = universal_bootstrap_text(&wrapped.request);
-    let mut stdin = framed(b"U", bootstrap);
+    // The universal request is `exec /bin/sh -c '<S>' sh '<S>'`: S, without the quotes. An
+    // escalated one is evaluated whole.
+    let mut stdin = match universal_bootstrap_text(&wrapped.request) {
+        Some(bootstrap) => framed(b"U", bootstrap),
+        None => framed(b"E", &wrapped.request),
+    };
+    let head = stdin.len();
     stdin.extend_from_slice(&wrapped.stdin);
     PrestartPayload {
         stdin: stdin.into(),
         controlled: wrapped.controlled,
         direct: false,
+        head,
     }
 }
 
-/// The bootstrap text inside a universal request (see [`bootstrap`]).
-fn universal_bootstrap_text(request: &[u8]) -> &[u8] {
-    let inner = request
-        .strip_prefix(b"exec /bin/sh -c '".as_slice())
-        .unwrap_or(request);
+/// The bootstrap text inside a universal request (see [`bootstrap`]); `None` for an
+/// escalated one.
+fn universal_bootstrap_text(request: &[u8]) -> Option<&[u8]> {
+    let inner = request.strip_prefix(b"exec /bin/sh -c '".as_slice())?;
     let end = inner
         .windows(6)
         .position(|w| w == b"' sh '")
         .unwrap_or(inner.len());
-    inner.get(..end).unwrap_or(inner)
+    inner.get(..end)
 }
 
 /// The **direct form**: one `/bin/sh` exec fewer per command, for connections whose login
@@ -470,6 +569,7 @@ pub(crate) fn wrapper(
     env: &EnvPlan,
     marker: &str,
     supervision: Supervision,
+    escalation: Option<&Escalation<'_>>,
 ) -> Result<Wrapped> {
     let mut payload = Vec::new();
 
@@ -565,7 +665,7 @@ pub(crate) fn wrapper(
     payload.push(b'\n');
 
     Ok(Wrapped {
-        request: bootstrap(marker, Some(supervision)),
+        request: bootstrap(marker, Some(supervision), escalation),
         stdin: payload,
         controlled: true,
     })
@@ -592,7 +692,14 @@ pub fn exec_request_for_benchmarks(
     let marker = crate::command::marker::marker_prefix(0);
     let wrapped = match direct_wrapper(&program, None, &EnvPlan::default(), &marker, supervision) {
         Some(direct) => direct,
-        None => wrapper(&program, None, &EnvPlan::default(), &marker, supervision)?,
+        None => wrapper(
+            &program,
+            None,
+            &EnvPlan::default(),
+            &marker,
+            supervision,
+            None,
+        )?,
     };
     Ok((wrapped.request, wrapped.stdin))
 }
@@ -657,6 +764,7 @@ mod tests {
             &env,
             &marker_prefix(7),
             QUIET,
+            None,
         )
         .unwrap();
         assert!(!wrapped.request.windows(4).any(|w| w == b"KEEP"));
@@ -681,7 +789,7 @@ mod tests {
         };
         let program =
             Program::parse("#!/bin/sh -e\nenv | sort | grep -v '^PWD='\nfalse\necho after");
-        let wrapped = wrapper(&program, None, &env, &marker_prefix(1), QUIET).unwrap();
+        let wrapped = wrapper(&program, None, &env, &marker_prefix(1), QUIET, None).unwrap();
         assert!(wrapped.controlled);
         let out = run_wrapper_locally(&wrapped, b"");
         assert_eq!(String::from_utf8_lossy(&out.stdout), "ONLY=1\n");
@@ -692,7 +800,7 @@ mod tests {
     fn own_scripts_report_their_group_and_read_their_data() {
         let marker = marker_prefix(9);
         let wrapped =
-            script_request(&marker, b"echo out\necho err >&2\ncat", b"DATA\nmore").unwrap();
+            script_request(&marker, b"echo out\necho err >&2\ncat", b"DATA\nmore", None).unwrap();
         assert!(!wrapped.controlled);
         let out = run_wrapper_locally(&wrapped, b"");
         assert_eq!(out.stdout, b"out\nDATA\nmore");
@@ -706,7 +814,7 @@ mod tests {
         // A shebang body far above what an argv string or Dropbear's request limit holds.
         let body = format!("printf %s {}\n", "x".repeat(300 * 1024));
         let program = Program::parse(&format!("#!/bin/sh\n{body}"));
-        let wrapped = wrapper(&program, None, &EnvPlan::default(), "@@m:", QUIET).unwrap();
+        let wrapped = wrapper(&program, None, &EnvPlan::default(), "@@m:", QUIET, None).unwrap();
         assert!(wrapped.controlled && wrapped.request.len() < 4096);
         let out = run_wrapper_locally(&wrapped, b"");
         assert_eq!(out.stdout.len(), 300 * 1024);
@@ -723,6 +831,7 @@ mod tests {
             &EnvPlan::default(),
             "@@m:",
             QUIET,
+            None,
         )
         .unwrap();
         let out = run_wrapper_locally(&wrapped, b"not for the command");
@@ -764,6 +873,7 @@ mod tests {
                 &EnvPlan::default(),
                 "@@m:",
                 QUIET,
+                None,
             )
             .unwrap();
             for login in [&["setsid", "sh"][..], &["sh"][..]] {
@@ -797,7 +907,8 @@ mod tests {
         // the command died (dash prints "Terminated" for a child it waits for).
         for command in ["kill -TERM $$", "#!/bin/sh\nkill -KILL $$"] {
             let program = Program::parse(command);
-            let wrapped = wrapper(&program, None, &EnvPlan::default(), "@@m:", QUIET).unwrap();
+            let wrapped =
+                wrapper(&program, None, &EnvPlan::default(), "@@m:", QUIET, None).unwrap();
             let out = run_as(&["sh"], &wrapped.request, &wrapped.stdin);
             let (pgid, stderr) = strip_marker("@@m:", out.stderr);
             assert!(pgid.is_some(), "{command}");
@@ -859,6 +970,7 @@ mod tests {
             &env,
             "@@m:",
             QUIET,
+            None,
         )
         .unwrap();
         let request = std::str::from_utf8(&wrapped.request).unwrap();
@@ -1022,7 +1134,7 @@ mod tests {
                 continue;
             }
             for program in [&direct_program, &script] {
-                let wrapped = wrapper(program, None, &plain, "@@m:", supervision).unwrap();
+                let wrapped = wrapper(program, None, &plain, "@@m:", supervision, None).unwrap();
                 let payload =
                     prestart_payload(Some(program), None, &plain, "@@m:", supervision, &wrapped);
                 assert_eq!(payload.direct, program == &direct_program, "{name}");
@@ -1130,7 +1242,15 @@ mod tests {
         let wrapped = if direct {
             direct_wrapper(&program, None, &EnvPlan::default(), "@@m:", supervision).unwrap()
         } else {
-            wrapper(&program, None, &EnvPlan::default(), "@@m:", supervision).unwrap()
+            wrapper(
+                &program,
+                None,
+                &EnvPlan::default(),
+                "@@m:",
+                supervision,
+                None,
+            )
+            .unwrap()
         };
         let mut child = Command::new("setsid")
             .arg("sh")
@@ -1242,6 +1362,7 @@ mod tests {
             &EnvPlan::default(),
             "m",
             QUIET,
+            None,
         )
         .unwrap_err();
         assert!(err.to_string().contains("NUL"));

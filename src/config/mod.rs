@@ -1,12 +1,14 @@
 //! Settings: [`Config`], frozen by the builder and shared by every layer, and the setting
-//! types it holds (authentication methods, host-key policy, jump hosts, environment plan),
-//! and the OpenSSH client configuration file ([`SshConfig`]) that settings can come from.
+//! types it holds (authentication methods, host-key policy, jump hosts, environment plan,
+//! privilege escalation), and the OpenSSH client configuration file ([`SshConfig`]) that
+//! settings can come from.
 //!
 //! This is the bottom of the crate: it imports nothing of ours but errors. What the
 //! settings *do* lives with the code that acts on them (`ssh`, `pool`, `command`).
 
 mod auth_method;
 mod env;
+mod escalation;
 mod host_key_policy;
 mod jump_host;
 pub(crate) mod limit;
@@ -17,6 +19,7 @@ use std::{fmt, path::PathBuf, time::Duration};
 pub(crate) use auth_method::expand_home;
 pub use auth_method::{AuthMethod, Secret};
 pub(crate) use env::{EnvPlan, reject_nul};
+pub use escalation::{Become, PasswordProvider, PasswordRequest};
 pub use host_key_policy::HostKeyPolicy;
 pub use jump_host::JumpHost;
 pub(crate) use jump_host::{Hop, JumpTarget, resolve_hops};
@@ -54,6 +57,9 @@ pub(crate) struct Config {
     pub(crate) drain_timeout: Duration,
     /// Jump hosts, client side first, with every setting decided.
     pub(crate) jump_hosts: Vec<Hop>,
+    /// The escalation every command, file operation and job gets unless a handle says
+    /// otherwise (`SshExecutor::with_become`).
+    pub(crate) escalation: Option<Become>,
 }
 
 impl fmt::Debug for Config {
@@ -87,6 +93,7 @@ impl fmt::Debug for Config {
             .field("max_output_bytes", &self.max_output_bytes)
             .field("job_retention", &self.job_retention)
             .field("jump_hosts", &self.jump_hosts)
+            .field("escalation", &self.escalation)
             .finish()
     }
 }

@@ -5,7 +5,7 @@
 //!
 //! # Remote requirements
 //!
-//! POSIX `sh`, `cat`, `mkdir -p`, `mv`, `chmod`, `readlink` and `stat -c %a`.
+//! POSIX `sh`, `cat`, `mkdir -p`, `mv`, `chmod`, `chown`, `readlink` and `stat -c %a`/`%u:%g`.
 
 use std::path::Path;
 
@@ -151,8 +151,9 @@ pub(crate) async fn dir_names_via_exec(
 }
 
 /// The atomic write as a script: follow symlinks, refuse directories, `cat` stdin into a
-/// private temporary file next to the target, give it `mode` (else the old mode, or 0644),
-/// `mv` it over.
+/// private temporary file next to the target, give it the old owner and group where the
+/// script may (as root: an escalated handle), then `mode` (else the old mode, or 0644), `mv`
+/// it over. The owner before the mode: `chown` clears set-id bits.
 fn write_script(path: &Path, nonce: u64, mode: Option<u32>) -> Result<Vec<u8>> {
     let mut script = b"t=".to_vec();
     script.extend_from_slice(&quoted_path(path)?);
@@ -179,6 +180,7 @@ if [ -d "$t" ]; then echo "write: {isdir}" >&2; exit 1; fi
 tmp=${{t%/*}}/.${{t##*/}}.swiftide-{nonce:016x}.tmp
 trap 'rm -f -- "$tmp"' EXIT
 (umask 077 && exec cat > "$tmp") || exit 1
+if [ -e "$t" ]; then o=$(stat -c %u:%g -- "$t") && chown "$o" "$tmp" 2>/dev/null; fi
 {chmod}mv -f -- "$tmp" "$t" || exit 1
 "#,
             chmod = match mode {
@@ -196,8 +198,8 @@ trap 'rm -f -- "$tmp"' EXIT
 }
 
 /// Writes a file atomically with a shell script, the content on stdin (for paths SFTP cannot
-/// carry). The existing owner is not kept; `mode` as for
-/// [`write_atomic`](SshExecutor::write_atomic).
+/// carry, and hosts without SFTP). The existing owner and group are kept where the script
+/// may set them (as root); `mode` as for [`write_atomic`](SshExecutor::write_atomic).
 pub(crate) async fn write_via_exec(
     executor: &SshExecutor,
     path: &Path,

@@ -20,7 +20,9 @@ pub(crate) async fn run_script(
     sink: &mut OutputSink<'_>,
 ) -> Result<Execution> {
     let marker = command::marker_prefix(rand::random());
-    let wrapped = command::script_request(&marker, script, &stdin)?;
+    let exchange = executor.exchange();
+    let escalation = exchange.as_ref().map(command::Exchange::escalation);
+    let wrapped = command::script_request(&marker, script, &stdin, escalation.as_ref())?;
     let config = &executor.inner.config;
     let supervision = command::Supervision::of(config);
     // On a pre-started spare: the universal form (`U`), whose stdin carries the data.
@@ -35,6 +37,8 @@ pub(crate) async fn run_script(
         // alone; they run rarely enough for the universal form.
         direct: None,
         prestarted,
+        // As the handle escalates: files, listings and jobs of the target account.
+        escalation: exchange,
     };
     command::execute(&executor.inner, request, None, sink).await
 }

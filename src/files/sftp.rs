@@ -50,10 +50,21 @@ use tokio::{
 };
 
 use crate::{
+    command,
     error::{Error, Phase, Result},
     executor::SshExecutor,
     pool::{self, Running, Session},
 };
+
+/// What an escalated handle's SFTP channel runs as the target: the first `sftp-server` found
+/// where distributions install it (Debian and Ubuntu, RHEL and Fedora, Arch and Alpine, the
+/// BSDs and macOS, Dropbear's default), else one on `PATH`. A host with only sshd's
+/// `internal-sftp` has none: the channel ends at once, and file operations take the exec
+/// fallbacks as on a server without SFTP.
+const SFTP_SERVER_SCRIPT: &str = "for p in /usr/lib/openssh/sftp-server \
+     /usr/libexec/openssh/sftp-server /usr/lib/ssh/sftp-server /usr/libexec/sftp-server \
+     /usr/lib/sftp-server /usr/local/libexec/sftp-server \"$(command -v sftp-server)\"; do \
+     [ -n \"$p\" ] && [ -x \"$p\" ] && exec \"$p\"; done; echo \"no sftp-server found\" >&2; exit 127";
 
 /// Most read requests in flight for one file (reached by doubling from [`FIRST_READS`]).
 const MAX_READS: usize = 32;
@@ -259,17 +270,44 @@ impl SftpChannel {
             phase: Phase::Sftp,
             source,
         };
-        channel
-            .request_subsystem(true, "sftp")
-            .await
-            .map_err(ssh_error)?;
-        // Wait for the answer: a server without SFTP would otherwise only show up as a
-        // request timeout much later.
-        let answer =
-            tokio::time::timeout(config.connect_timeout, subsystem_reply(&mut channel)).await;
-        if answer != Ok(true) {
-            let _ = channel.close().await;
-            return Err(unavailable(config));
+        match executor.exchange() {
+            None => {
+                channel
+                    .request_subsystem(true, "sftp")
+                    .await
+                    .map_err(ssh_error)?;
+                // Wait for the answer: a server without SFTP would otherwise only show up as
+                // a request timeout much later.
+                let answer =
+                    tokio::time::timeout(config.connect_timeout, subsystem_reply(&mut channel))
+                        .await;
+                if answer != Ok(true) {
+                    let _ = channel.close().await;
+                    return Err(unavailable(config));
+                }
+            }
+            Some(exchange) => {
+                // The subsystem would run as the login user: the target's sftp-server is
+                // started through the escalation instead, as `sftp -s 'sudo ...'` does.
+                let marker = command::marker_prefix(rand::random());
+                let wrapped = command::script_request(
+                    &marker,
+                    SFTP_SERVER_SCRIPT.as_bytes(),
+                    b"",
+                    Some(&exchange.escalation()),
+                )?;
+                channel
+                    .exec(true, wrapped.request)
+                    .await
+                    .map_err(ssh_error)?;
+                if let Err(error) =
+                    command::hand_over(&mut channel, &exchange, config, &marker, &wrapped.stdin)
+                        .await
+                {
+                    let _ = channel.close().await;
+                    return Err(error);
+                }
+            }
         }
         let broken = Arc::new(AtomicBool::new(false));
         let stream = Watched {
@@ -286,7 +324,8 @@ impl SftpChannel {
         let (raw, lengths, posix_rename) = match negotiated {
             Ok(Ok(done)) => done,
             // Accepted, then closed before the version exchange: no sftp-server behind the
-            // subsystem (Dropbear runs `<shell> -c /usr/lib/sftp-server`, which exits 126).
+            // subsystem (Dropbear runs `<shell> -c /usr/lib/sftp-server`, which exits 126),
+            // or none on the host for an escalation to start.
             Ok(Err(_)) if broken.load(Ordering::Acquire) => return Err(unavailable(config)),
             Ok(Err(error)) => return Err(executor.sftp_error("start", "", error)),
             Err(_) => {
@@ -781,6 +820,33 @@ fn live_channel(slot: &Held) -> Option<Arc<SftpChannel>> {
     held_channel(slot).filter(|channel| !channel.is_broken())
 }
 
+/// The channel `slot` holds, or a new one opened for `executor` (as its escalation says) and
+/// kept there; a server found without SFTP is remembered as such.
+async fn fill(
+    slot: &mut Held,
+    executor: &SshExecutor,
+    session: &Arc<Session>,
+) -> Result<Arc<SftpChannel>> {
+    if slot.as_ref().is_some_and(|held| held.is::<NoSftp>()) {
+        return Err(unavailable(&executor.inner.config));
+    }
+    if let Some(channel) = live_channel(slot) {
+        return Ok(channel);
+    }
+    match SftpChannel::open(executor, session).await {
+        Ok(channel) => {
+            let channel = Arc::new(channel);
+            *slot = Some(channel.clone());
+            Ok(channel)
+        }
+        Err(error @ Error::SftpUnavailable { .. }) => {
+            *slot = Some(Arc::new(NoSftp));
+            Err(error)
+        }
+        Err(error) => Err(error),
+    }
+}
+
 fn unavailable(config: &crate::config::Config) -> Error {
     Error::SftpUnavailable {
         host: config.host.clone(),
@@ -800,24 +866,16 @@ impl SshExecutor {
         // session slots and russh memory for good. The finished channel is kept for reuse.
         let executor = self.clone();
         tokio::spawn(async move {
-            let mut slot = session.sftp.lock().await;
-            if slot.as_ref().is_some_and(|held| held.is::<NoSftp>()) {
-                return Err(unavailable(&executor.inner.config));
-            }
-            if let Some(channel) = live_channel(&slot) {
-                return Ok(channel);
-            }
-            match SftpChannel::open(&executor, &session).await {
-                Ok(channel) => {
-                    let channel = Arc::new(channel);
-                    *slot = Some(channel.clone());
-                    Ok(channel)
+            match executor
+                .escalation
+                .as_ref()
+                .map(|settings| settings.identity())
+            {
+                None => fill(&mut *session.sftp.lock().await, &executor, &session).await,
+                Some(identity) => {
+                    let mut escalated = session.escalated_sftp.lock().await;
+                    fill(escalated.entry(identity).or_default(), &executor, &session).await
                 }
-                Err(error @ Error::SftpUnavailable { .. }) => {
-                    *slot = Some(Arc::new(NoSftp));
-                    Err(error)
-                }
-                Err(error) => Err(error),
             }
         })
         .await
@@ -827,14 +885,21 @@ impl SshExecutor {
         })?
     }
 
-    /// An SFTP channel a live connection holds already, if any: opens none, and waits for
-    /// nothing (a channel being opened right now counts as none).
+    /// An SFTP channel a live connection holds already for this handle's escalation, if
+    /// any: opens none, and waits for nothing (a channel being opened right now counts as
+    /// none).
     pub(crate) fn open_sftp_channel(&self) -> Option<Arc<SftpChannel>> {
+        let identity = self.escalation.as_ref().map(|settings| settings.identity());
         self.inner
             .registry
             .sessions()
             .iter()
-            .find_map(|session| live_channel(&*session.sftp.try_lock().ok()?))
+            .find_map(|session| match &identity {
+                None => live_channel(&*session.sftp.try_lock().ok()?),
+                Some(identity) => {
+                    live_channel(session.escalated_sftp.try_lock().ok()?.get(identity)?)
+                }
+            })
     }
 
     /// Forgets `channel` if its session still holds it, so the next call opens a new one.
@@ -842,9 +907,18 @@ impl SshExecutor {
         let Some(session) = channel.session.upgrade() else {
             return;
         };
-        let mut slot = session.sftp.lock().await;
-        if held_channel(&slot).is_some_and(|held| Arc::ptr_eq(&held, channel)) {
-            *slot = None;
+        let forget = |slot: &mut Held| {
+            if held_channel(slot).is_some_and(|held| Arc::ptr_eq(&held, channel)) {
+                *slot = None;
+            }
+        };
+        match self.escalation.as_ref().map(|settings| settings.identity()) {
+            None => forget(&mut *session.sftp.lock().await),
+            Some(identity) => {
+                if let Some(slot) = session.escalated_sftp.lock().await.get_mut(&identity) {
+                    forget(slot);
+                }
+            }
         }
     }
 

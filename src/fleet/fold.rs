@@ -118,6 +118,7 @@ mod tests {
             started_ms: Some(0),
             duration_ms: 1,
             attempts: 1,
+            become_failure: None,
         }
     }
 

@@ -640,6 +640,25 @@ impl Fleet {
         self
     }
 
+    /// Escalates every host's commands, copies and jobs with `escalation` (sudo, doas or su;
+    /// see [`Become`](crate::Become)): each member becomes a handle on its own pool that
+    /// escalates. A host whose escalation fails is
+    /// [`BecomeFailed`](HostStatus::BecomeFailed) (`become_failed` in records), a failure
+    /// for thresholds and never retried. Defaults to what each member's builder set (none
+    /// unless its template had [`with_become`](crate::SshExecutorBuilder::with_become)).
+    ///
+    /// # Errors
+    /// [`Error::Config`](crate::Error::Config) for a target user or flag that could change
+    /// the exec request.
+    pub fn with_become(mut self, escalation: crate::config::Become) -> Result<Self> {
+        self.members = self
+            .members
+            .iter()
+            .map(|member| member.with_become(escalation.clone()))
+            .collect::<Result<_>>()?;
+        Ok(self)
+    }
+
     /// Makes sure this process may open the descriptors a run needs (those open now, one
     /// socket per connection held at once, and 64 more): raises the soft `RLIMIT_NOFILE`
     /// when it is lower, up to the hard limit. [`run`](Self::run) calls it first; call it

@@ -15,7 +15,8 @@
 //! | `user` | string | the login user |
 //! | `member` | number | the host's position in the fleet |
 //! | `batch` | number or null | the batch it ran in (0-based); null when skipped before its batch |
-//! | `status` | string | one of `ok`, `failed`, `signal`, `timed_out`, `may_have_run`, `unreachable`, `host_key_unknown`, `host_key_mismatch`, `host_key_revoked`, `auth_rejected`, `error`, `skipped` |
+//! | `status` | string | one of `ok`, `failed`, `signal`, `timed_out`, `may_have_run`, `unreachable`, `host_key_unknown`, `host_key_mismatch`, `host_key_revoked`, `auth_rejected`, `become_failed`, `error`, `skipped` |
+//! | `become_failure` | string or null | with `become_failed`: `incorrect_password`, `password_required`, `not_allowed`, `terminal_required`, `unknown_user`, `not_installed`, `timeout` or `other` |
 //! | `exit_code` | number or null | the exit code when the command exited |
 //! | `signal` | string or null | the signal's name when it was killed by one |
 //! | `error` | string or null | why there is no exit status (the error and its causes) |
@@ -37,7 +38,7 @@
 //! | 1 | a command exited nonzero or was killed by a signal |
 //! | 2 | (reserved for usage errors of the command-line tool: bad arguments, no hosts) |
 //! | 3 | a command timed out, or a connection broke under it (`may_have_run`): its effect is unknown |
-//! | 4 | a host could not run the command: unreachable, authentication refused, other errors |
+//! | 4 | a host could not run the command: unreachable, authentication refused, escalation (`become_failed`) refused, other errors |
 //! | 5 | a host key was refused (unknown, changed or revoked): an operator must act |
 //! | 6 | hosts were skipped because a threshold or fail-fast stopped the rollout |
 //!
@@ -101,6 +102,11 @@ pub struct HostRecord {
     pub duration_ms: u64,
     /// Connection attempts.
     pub attempts: u32,
+    /// Why the escalation failed, with the status `become_failed`
+    /// ([`BecomeFailure::word`](crate::BecomeFailure::word)). Absent in records of earlier
+    /// versions.
+    #[serde(default)]
+    pub become_failure: Option<String>,
 }
 
 impl HostRecord {
@@ -128,6 +134,10 @@ impl HostRecord {
             started_ms: Some(millis(result.started)),
             duration_ms: millis(result.duration),
             attempts: result.attempts,
+            become_failure: match status {
+                HostStatus::BecomeFailed { reason } => Some(reason.word().to_owned()),
+                _ => None,
+            },
         };
         match &result.outcome {
             Ok(execution) => {
@@ -172,6 +182,7 @@ impl HostRecord {
             started_ms: None,
             duration_ms: 0,
             attempts: 0,
+            become_failure: None,
         }
     }
 
@@ -194,6 +205,11 @@ impl HostRecord {
             "host_key_mismatch" => HostStatus::HostKeyRefused(Mismatch),
             "host_key_revoked" => HostStatus::HostKeyRefused(Revoked),
             "auth_rejected" => HostStatus::AuthRejected,
+            "become_failed" => HostStatus::BecomeFailed {
+                reason: crate::error::BecomeFailure::from_word(
+                    self.become_failure.as_deref().unwrap_or_default(),
+                ),
+            },
             "skipped" => HostStatus::Skipped,
             _ => HostStatus::Error,
         }

@@ -2,7 +2,7 @@
 
 use crate::{
     command::{Execution, ExitStatus},
-    error::{Error, Phase},
+    error::{BecomeFailure, Error, Phase},
 };
 
 /// Why a host key was refused. Each one needs an operator: a key that changed may be an
@@ -47,6 +47,13 @@ pub enum HostStatus {
     HostKeyRefused(HostKeyProblem),
     /// The server refused every authentication method. Never retried.
     AuthRejected,
+    /// Logged in, but the escalation ([`Become`](crate::Become)) failed: a wrong or missing
+    /// password, no sudoers rule, a tool that wants a terminal ([`Error::BecomeFailed`]).
+    /// Nothing ran. Never retried (the host was reached; another try fails the same way).
+    BecomeFailed {
+        /// Why.
+        reason: BecomeFailure,
+    },
     /// The command could not be run for another reason (a key file, the agent, the
     /// configuration, an exec refused by the server).
     Error,
@@ -75,6 +82,7 @@ impl HostStatus {
             Error::HostKeyMismatch { .. } => HostStatus::HostKeyRefused(HostKeyProblem::Mismatch),
             Error::HostKeyRevoked { .. } => HostStatus::HostKeyRefused(HostKeyProblem::Revoked),
             Error::AuthRejected { .. } => HostStatus::AuthRejected,
+            Error::BecomeFailed { reason, .. } => HostStatus::BecomeFailed { reason: *reason },
             Error::ConnectionLost { .. } => HostStatus::MayHaveRun,
             Error::Timeout { phase, .. } if before_exec(*phase) => HostStatus::Unreachable,
             Error::Timeout { .. } => HostStatus::TimedOut,
@@ -110,7 +118,8 @@ impl HostStatus {
 
     /// The status's word in tables, folded headers and JSON records (`ok`, `failed`,
     /// `signal`, `timed_out`, `may_have_run`, `unreachable`, `host_key_unknown`,
-    /// `host_key_mismatch`, `host_key_revoked`, `auth_rejected`, `error`, `skipped`).
+    /// `host_key_mismatch`, `host_key_revoked`, `auth_rejected`, `become_failed`, `error`,
+    /// `skipped`).
     /// These words are part of the record schema and do not change.
     pub fn word(&self) -> &'static str {
         match self {
@@ -124,6 +133,7 @@ impl HostStatus {
             HostStatus::HostKeyRefused(HostKeyProblem::Mismatch) => "host_key_mismatch",
             HostStatus::HostKeyRefused(HostKeyProblem::Revoked) => "host_key_revoked",
             HostStatus::AuthRejected => "auth_rejected",
+            HostStatus::BecomeFailed { .. } => "become_failed",
             HostStatus::Error => "error",
             HostStatus::Skipped => "skipped",
         }
@@ -131,12 +141,13 @@ impl HostStatus {
 }
 
 impl std::fmt::Display for HostStatus {
-    /// `ok`, `exit 3`, `signal KILL`, or the status's [`word`](HostStatus::word) with spaces
-    /// (`timed out`, `host key mismatch`).
+    /// `ok`, `exit 3`, `signal KILL`, `become failed (incorrect password)`, or the status's
+    /// [`word`](HostStatus::word) with spaces (`timed out`, `host key mismatch`).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             HostStatus::Failed { code } => write!(f, "exit {code}"),
             HostStatus::Signal { name } => write!(f, "signal {name}"),
+            HostStatus::BecomeFailed { reason } => write!(f, "become failed ({reason})"),
             other => f.write_str(&other.word().replace('_', " ")),
         }
     }
@@ -214,6 +225,20 @@ mod tests {
             HostStatus::HostKeyRefused(HostKeyProblem::Unknown)
         );
         assert_eq!(HostStatus::Failed { code: 3 }.to_string(), "exit 3");
+        let become_failed = of(Error::BecomeFailed {
+            host: "h".into(),
+            port: 22,
+            method: crate::error::BecomeMethod::Sudo,
+            user: "root".into(),
+            reason: crate::error::BecomeFailure::IncorrectPassword,
+            message: String::new(),
+        });
+        assert_eq!(become_failed.word(), "become_failed");
+        assert!(!become_failed.is_ok() && !become_failed.is_retryable());
+        assert_eq!(
+            become_failed.to_string(),
+            "become failed (incorrect password)"
+        );
         assert_eq!(HostStatus::MayHaveRun.to_string(), "may have run");
     }
 }

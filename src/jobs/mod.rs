@@ -229,25 +229,44 @@ pub struct Job {
 }
 
 impl SshExecutor {
-    /// The host's directory of jobs (asked once per executor).
+    /// Which account's jobs this handle sees: `None` for the login's, else the escalation's
+    /// identity (the target's state directory).
+    fn jobs_account(&self) -> Option<String> {
+        self.escalation.as_ref().map(|settings| settings.identity())
+    }
+
+    /// The host's directory of jobs for this handle's account, if already learned.
+    fn known_jobs_dir(&self) -> Option<PathBuf> {
+        let dirs = self.inner.jobs_dirs.lock().ok()?;
+        dirs.get(&self.jobs_account()).cloned()
+    }
+
+    /// Remembers the directory of jobs a start or a lookup reported.
+    fn remember_jobs_dir(&self, dir: &Path) {
+        if let Ok(mut dirs) = self.inner.jobs_dirs.lock() {
+            dirs.entry(self.jobs_account())
+                .or_insert_with(|| dir.to_path_buf());
+        }
+    }
+
+    /// The host's directory of jobs (asked once per executor and account).
     async fn jobs_dir(&self) -> Result<PathBuf> {
-        self.inner
-            .jobs_dir
-            .get_or_try_init(|| async {
-                let (status, out) = run_collect(self, &script::base(), Vec::new()).await?;
-                let text = trimmed(&out.stdout);
-                if !status.success() || !text.starts_with('/') {
-                    return Err(Error::JobFailed {
-                        host: self.inner.config.host.clone(),
-                        operation: "find",
-                        id: String::new(),
-                        reason: last_line(&out.stderr),
-                    });
-                }
-                Ok(PathBuf::from(text))
-            })
-            .await
-            .cloned()
+        if let Some(dir) = self.known_jobs_dir() {
+            return Ok(dir);
+        }
+        let (status, out) = run_collect(self, &script::base(), Vec::new()).await?;
+        let text = trimmed(&out.stdout);
+        if !status.success() || !text.starts_with('/') {
+            return Err(Error::JobFailed {
+                host: self.inner.config.host.clone(),
+                operation: "find",
+                id: String::new(),
+                reason: last_line(&out.stderr),
+            });
+        }
+        let dir = PathBuf::from(text);
+        self.remember_jobs_dir(&dir);
+        Ok(dir)
     }
 
     /// Makes the job directory over SFTP, beside its start script, when the base directory
@@ -258,8 +277,7 @@ impl SshExecutor {
     /// they are not there yet, and the script's claim (see `script::start`), not this
     /// `mkdir`, decides whether the job is new.
     async fn premake_job_dir(&self, id: &str) {
-        let (Some(base), Some(channel)) = (self.inner.jobs_dir.get(), self.open_sftp_channel())
-        else {
+        let (Some(base), Some(channel)) = (self.known_jobs_dir(), self.open_sftp_channel()) else {
             return;
         };
         let dir = base.join(id);
@@ -399,7 +417,7 @@ impl SshExecutor {
             });
         }
         let base = PathBuf::from(base);
-        let _ = self.inner.jobs_dir.set(base.clone());
+        self.remember_jobs_dir(&base);
         match outcome {
             "ok" => {
                 self.prune_in_background();
@@ -489,13 +507,16 @@ impl SshExecutor {
             return;
         };
         {
-            let Ok(mut last) = self.inner.jobs_pruned_at.lock() else {
+            let Ok(mut pruned) = self.inner.jobs_pruned_at.lock() else {
                 return;
             };
-            if last.is_some_and(|at| at.elapsed() < retention.min(PRUNE_INTERVAL)) {
+            let last = pruned.entry(self.jobs_account());
+            if let std::collections::hash_map::Entry::Occupied(at) = &last
+                && at.get().elapsed() < retention.min(PRUNE_INTERVAL)
+            {
                 return;
             }
-            *last = Some(std::time::Instant::now());
+            last.insert_entry(std::time::Instant::now());
         }
         let executor = self.clone();
         let task = tokio::spawn(async move {

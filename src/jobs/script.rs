@@ -272,7 +272,7 @@ pub(crate) fn launch(
     }
     // The marker and supervision belong to the exec request, which a job does not use; only
     // the payload (stdin) is kept.
-    let wrapped = wrapper(&program, dir, env, "", Supervision::of(config))?;
+    let wrapped = wrapper(&program, dir, env, "", Supervision::of(config), None)?;
     let mut file = b"nl='\n'\n".to_vec();
     file.extend_from_slice(&wrapped.stdin);
     Ok(Launch { direct: None, file })

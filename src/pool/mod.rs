@@ -92,6 +92,7 @@ pub(crate) use slot::{LogSink, SlotManager, give_back, open_channel, wait_for_cl
 pub use stats::PoolStats;
 
 use std::{
+    collections::HashMap,
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
@@ -117,14 +118,16 @@ pub(crate) struct Pool {
     pub(crate) registry: Arc<Registry>,
     slots: bb8::Pool<SlotManager>,
     closed: AtomicBool,
-    /// The host's directory of jobs, learned once by the jobs layer (it depends on the login
-    /// environment's `$XDG_STATE_HOME` and `$HOME`, which SFTP cannot see).
-    pub(crate) jobs_dir: tokio::sync::OnceCell<std::path::PathBuf>,
+    /// The host's directories of jobs, learned once per account by the jobs layer (they
+    /// depend on the login environment's `$XDG_STATE_HOME` and `$HOME`, which SFTP cannot
+    /// see), by escalation identity (`None`: the login's own).
+    pub(crate) jobs_dirs: Mutex<HashMap<Option<String>, std::path::PathBuf>>,
     /// The host's boot id and boot time, as jobs last read them (their records keep times
     /// since boot).
     pub(crate) host_boot: Mutex<Option<(String, std::time::SystemTime)>>,
-    /// When the jobs layer last started pruning the jobs past their retention.
-    pub(crate) jobs_pruned_at: Mutex<Option<std::time::Instant>>,
+    /// When the jobs layer last started pruning the jobs past their retention, by escalation
+    /// identity (each account's jobs are its own).
+    pub(crate) jobs_pruned_at: Mutex<HashMap<Option<String>, std::time::Instant>>,
     /// The executor's housekeeping task in flight (the jobs layer's prune), which
     /// [`close`](Self::close) and a fleet's job start wait for: a short-lived program (the
     /// CLI) would otherwise exit, and drop it, before it ran.
@@ -168,9 +171,9 @@ impl Pool {
             registry,
             slots,
             closed: AtomicBool::new(false),
-            jobs_dir: tokio::sync::OnceCell::new(),
+            jobs_dirs: Mutex::new(HashMap::new()),
             host_boot: Mutex::new(None),
-            jobs_pruned_at: Mutex::new(None),
+            jobs_pruned_at: Mutex::new(HashMap::new()),
             housekeeping: Mutex::new(None),
         })
     }

@@ -68,6 +68,10 @@ pub(crate) struct Session {
     /// Type-erased so that the pool does not depend on the file layer, which owns the type
     /// (`files::sftp::SftpChannel`) and downcasts it.
     pub(crate) sftp: tokio::sync::Mutex<Option<Arc<dyn Any + Send + Sync>>>,
+    /// The SFTP channels of escalated handles (an sftp-server started through sudo, doas or
+    /// su), one per escalation identity (`Become::identity`), opened on first use.
+    pub(crate) escalated_sftp:
+        tokio::sync::Mutex<std::collections::HashMap<String, Option<Arc<dyn Any + Send + Sync>>>>,
     /// The jump-host connections this one runs through, kept alive until it disconnects
     /// (shared with the executor's other connections: the last one out closes them).
     hops: std::sync::Mutex<Option<Arc<HopChain>>>,
@@ -250,6 +254,9 @@ impl Session {
         if let Ok(mut sftp) = self.sftp.try_lock() {
             sftp.take();
         }
+        if let Ok(mut escalated) = self.escalated_sftp.try_lock() {
+            escalated.clear();
+        }
         // The channels went with the connection: forget the spares (their count included).
         let spares = std::mem::take(&mut self.lock_spares().ready);
         self.open_channels
@@ -285,6 +292,7 @@ impl Session {
             spares: std::sync::Mutex::new(Spares::default()),
             login_shell_startup: LoginShellStartup::default(),
             sftp: tokio::sync::Mutex::new(None),
+            escalated_sftp: tokio::sync::Mutex::new(std::collections::HashMap::new()),
             hops: std::sync::Mutex::new(connection.hops),
         })
     }

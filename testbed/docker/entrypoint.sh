@@ -14,9 +14,12 @@ if [ -f /keys/ssh_host_ed25519_key ]; then
     ssh-keygen -y -f /etc/ssh/ssh_host_ed25519_key > /etc/ssh/ssh_host_ed25519_key.pub
 fi
 
-# A mounted authorized_keys replaces the one from the build argument.
+# A mounted authorized_keys replaces the one from the build argument, for tester and the
+# escalation accounts alike (every account with a file in /etc/ssh/authorized_keys).
 if [ -f /keys/authorized_keys ]; then
-    install -m 0644 -o root -g root /keys/authorized_keys /etc/ssh/authorized_keys/tester
+    for file in /etc/ssh/authorized_keys/*; do
+        install -m 0644 -o root -g root /keys/authorized_keys "$file"
+    done
 fi
 if [ ! -s /etc/ssh/authorized_keys/tester ]; then
     echo "testbed: no authorized key for 'tester'; mount keys/authorized_keys at" \

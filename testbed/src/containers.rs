@@ -23,7 +23,8 @@ use crate::{DOCKER_USER, DockerImage, TestbedError};
 const SSH_PORT: ContainerPort = ContainerPort::Tcp(22);
 
 /// A testbed server image for `testcontainers`: OpenSSH on Debian or Dropbear on BusyBox
-/// ([`DockerImage`]), logging in as [`DOCKER_USER`] with a fresh host key and the
+/// ([`DockerImage`]), logging in as [`DOCKER_USER`] (or another of the image's
+/// [`users`](DockerImage::users), see [`user`](Self::user)) with a fresh host key and the
 /// process-wide client keys.
 ///
 /// By default it names the image this crate builds, `swiftide-ssh-testbed-<name>:<hash>`
@@ -59,6 +60,7 @@ pub struct SshImage {
     ready: &'static str,
     copies: Vec<CopyToContainer>,
     keys: Arc<Keys>,
+    user: String,
 }
 
 /// The keys and their directory, which lives as long as the image (and so as long as the
@@ -75,6 +77,7 @@ impl fmt::Debug for SshImage {
             .field("name", &self.name)
             .field("tag", &self.tag)
             .field("loopback", &self.loopback)
+            .field("user", &self.user)
             .field("dir", &self.keys._dir.path())
             .finish_non_exhaustive()
     }
@@ -140,7 +143,21 @@ impl SshImage {
             },
             copies,
             keys: Arc::new(Keys { keys, _dir: dir }),
+            user: DOCKER_USER.to_owned(),
         })
+    }
+
+    /// The account that [`SshConnection::user`] names: one of the image's
+    /// [`users`](DockerImage::users), e.g. the OpenSSH image's `sudo-nopasswd`
+    /// ([`Escalation::docker_user`](crate::Escalation::docker_user)). The keys are
+    /// authorized for every one of them; a name the image does not have fails only when
+    /// the client logs in. (Not to be confused with [`ImageExt::with_user`], the user the
+    /// container's server runs as.)
+    ///
+    /// Defaults to [`DOCKER_USER`] (`tester`).
+    pub fn user(mut self, name: impl Into<String>) -> Self {
+        self.user = name.into();
+        self
     }
 
     /// Names the image `name:tag` instead, e.g. one pushed to your registry
@@ -235,6 +252,7 @@ pub struct SshConnection {
     host: String,
     port: u16,
     host_public_key: String,
+    user: String,
     keys: Arc<Keys>,
 }
 
@@ -287,6 +305,7 @@ impl SshConnection {
             host,
             port,
             host_public_key,
+            user: image.user.clone(),
             keys,
         })
     }
@@ -301,13 +320,14 @@ impl SshConnection {
         self.port
     }
 
-    /// The user to log in as: [`DOCKER_USER`] (`tester`, login shell `/bin/sh`).
+    /// The user to log in as: [`DOCKER_USER`] (`tester`, login shell `/bin/sh`) or the one
+    /// chosen with [`SshImage::user`].
     pub fn user(&self) -> &str {
-        DOCKER_USER
+        &self.user
     }
 
     /// An unencrypted ed25519 client key (OpenSSH format, mode 0600), authorized for
-    /// [`DOCKER_USER`].
+    /// every account of the image.
     pub fn private_key_path(&self) -> &Path {
         self.keys.keys.client_key()
     }

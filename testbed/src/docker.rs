@@ -38,8 +38,23 @@ pub const OWNER_START_LABEL: &str = "swiftide-ssh-testbed.owner-start";
 /// judges containers started from the same host.
 pub const OWNER_HOST_LABEL: &str = "swiftide-ssh-testbed.owner-host";
 
-/// The account the Docker images log in as (login shell `/bin/sh`, not root).
+/// The account the Docker images log in as by default (login shell `/bin/sh`, not root;
+/// see [`DockerTestbedBuilder::user`] for the others).
 pub const DOCKER_USER: &str = "tester";
+
+/// The accounts of the OpenSSH image that log in over SSH: [`DOCKER_USER`] and one per
+/// [`Escalation`](crate::Escalation) rule
+/// ([`Escalation::docker_user`](crate::Escalation::docker_user)).
+const OPENSSH_USERS: &[&str] = &[
+    DOCKER_USER,
+    "sudo-nopasswd",
+    "sudo-password",
+    "sudo-tty",
+    "sudo-lecture",
+    "sudo-none",
+    "doas-nopass",
+    "doas-password",
+];
 
 /// The script that builds the images and computes their tags (shipped in the crate).
 /// How many times `pause` tries `docker pause` when the cgroup freezer gives up on a busy
@@ -85,6 +100,21 @@ impl DockerImage {
         match self {
             Self::OpenSsh => "openssh",
             Self::DropbearBusybox => "dropbear",
+        }
+    }
+
+    /// The accounts that may log in over SSH (with the testbed's keys, login shell
+    /// `/bin/sh`): [`DOCKER_USER`] in both images; in the OpenSSH image also the escalation
+    /// accounts `sudo-nopasswd`, `sudo-password`, `sudo-tty`, `sudo-lecture`, `sudo-none`,
+    /// `doas-nopass` and `doas-password`, each with the rule of one
+    /// [`Escalation`](crate::Escalation) variant
+    /// ([`Escalation::docker_user`](crate::Escalation::docker_user)) and the password
+    /// [`BECOME_PASSWORD`](crate::BECOME_PASSWORD). Root cannot log in; it has the password
+    /// [`ROOT_PASSWORD`](crate::ROOT_PASSWORD) for `su` in both images.
+    pub fn users(self) -> &'static [&'static str] {
+        match self {
+            Self::OpenSsh => OPENSSH_USERS,
+            Self::DropbearBusybox => &[DOCKER_USER],
         }
     }
 
@@ -153,6 +183,7 @@ pub struct DockerTestbedBuilder {
     ready_timeout: Duration,
     memory_limit: Option<String>,
     mounts: Vec<PathBuf>,
+    user: String,
 }
 
 impl Default for DockerTestbedBuilder {
@@ -163,6 +194,7 @@ impl Default for DockerTestbedBuilder {
             ready_timeout: DEFAULT_READY_TIMEOUT,
             memory_limit: None,
             mounts: Vec::new(),
+            user: DOCKER_USER.to_owned(),
         }
     }
 }
@@ -222,11 +254,26 @@ impl DockerTestbedBuilder {
         self
     }
 
+    /// The account to log in as: one of the image's [`users`](DockerImage::users), e.g. an
+    /// escalation account of the OpenSSH image such as `sudo-nopasswd`
+    /// ([`Escalation::docker_user`](crate::Escalation::docker_user)). [`DockerTestbed::user`]
+    /// returns it and [`DockerTestbed::ssh_command`] logs in as it; the keys are the same
+    /// for every account. [`mount`](Self::mount)ed directories are writable for it too.
+    ///
+    /// Another name makes [`start`](Self::start) fail with [`TestbedError::Unsupported`].
+    ///
+    /// Defaults to [`DOCKER_USER`] (`tester`).
+    pub fn user(mut self, name: impl Into<String>) -> Self {
+        self.user = name.into();
+        self
+    }
+
     /// Builds the image if needed, starts a container and waits for its SSH banner. See
     /// [`DockerTestbed`].
     ///
     /// # Errors
     ///
+    /// [`TestbedError::Unsupported`] for a [`user`](Self::user) the image does not have;
     /// [`TestbedError::DockerUnavailable`] without a `docker` CLI or daemon;
     /// [`TestbedError::Command`] if a docker command (or the image build) fails;
     /// [`TestbedError::StartFailed`] (with the container's log) if the server exits or
@@ -315,8 +362,9 @@ impl ContainerKeys {
 }
 
 /// An SSH server in a Docker container, for tests: OpenSSH on Debian or Dropbear on
-/// BusyBox ([`DockerImage`]), logging in as [`DOCKER_USER`] with a fresh key pair and a
-/// fresh host key, published on an ephemeral port of `127.0.0.1`.
+/// BusyBox ([`DockerImage`]), logging in as [`DOCKER_USER`] (or another of the image's
+/// [`users`](DockerImage::users)) with a fresh key pair and a fresh host key, published on
+/// an ephemeral port of `127.0.0.1`.
 ///
 /// The container carries the label [`CONTAINER_LABEL`]`=1` and the owner labels
 /// ([`OWNER_PID_LABEL`], ...). It is removed (`docker rm -f`) when the testbed is dropped,
@@ -335,6 +383,7 @@ pub struct DockerTestbed {
     container_ip: Option<IpAddr>,
     host_public_key: String,
     ready_timeout: Duration,
+    user: String,
     files: Files,
     watchdog: Option<Child>,
     dir: TempDir,
@@ -459,19 +508,20 @@ impl DockerTestbed {
         self.port
     }
 
-    /// The user to log in as: [`DOCKER_USER`] (`tester`).
+    /// The user to log in as: [`DOCKER_USER`] (`tester`), or the account chosen with
+    /// [`DockerTestbedBuilder::user`].
     pub fn user(&self) -> &str {
-        DOCKER_USER
+        &self.user
     }
 
     /// An unencrypted ed25519 client key (OpenSSH format, mode 0600, `.pub` next to it),
-    /// authorized for [`DOCKER_USER`].
+    /// authorized for every account of the image ([`DockerImage::users`]).
     pub fn private_key_path(&self) -> &Path {
         &self.files.client_key
     }
 
     /// The client key encrypted with [`KEY_PASSPHRASE`](crate::KEY_PASSPHRASE),
-    /// authorized for [`DOCKER_USER`].
+    /// authorized like [`private_key_path`](Self::private_key_path).
     pub fn encrypted_private_key_path(&self) -> &Path {
         &self.files.encrypted_key
     }
@@ -558,7 +608,7 @@ impl DockerTestbed {
             .map_err(|e| TestbedError::io("running docker exec", e))
     }
 
-    /// The OpenSSH client, ready to run `remote_command` as [`DOCKER_USER`] on
+    /// The OpenSSH client, ready to run `remote_command` as [`user`](Self::user) on
     /// `127.0.0.1:<port>` with [`private_key_path`](Self::private_key_path), strict host
     /// key checking against [`known_hosts_path`](Self::known_hosts_path), batch mode and
     /// no `ssh_config`; standard input `/dev/null`. Like
@@ -569,7 +619,7 @@ impl DockerTestbed {
             self.port,
             &self.files.known_hosts,
             &[],
-            &format!("{DOCKER_USER}@{}", self.host()),
+            &format!("{}@{}", self.user, self.host()),
             remote_command,
         )
     }
@@ -785,6 +835,16 @@ impl DockerTestbed {
     }
 
     fn launch(settings: DockerTestbedBuilder) -> Result<DockerTestbed, TestbedError> {
+        if !settings.image.users().contains(&settings.user.as_str()) {
+            return Err(TestbedError::Unsupported {
+                what: format!(
+                    "the user {:?} in the {} image (it has {})",
+                    settings.user,
+                    settings.image.name(),
+                    settings.image.users().join(", ")
+                ),
+            });
+        }
         Self::available().map_err(|reason| TestbedError::DockerUnavailable { reason })?;
         static CLEANUP: Once = Once::new();
         CLEANUP.call_once(|| {
@@ -850,6 +910,7 @@ impl DockerTestbed {
             container_ip: None,
             host_public_key,
             ready_timeout: settings.ready_timeout,
+            user: settings.user,
             files,
             watchdog,
             dir,
@@ -1122,6 +1183,28 @@ mod tests {
     fn start_time_of_this_process_is_known() {
         assert!(process_start_time(std::process::id()).is_some());
         assert!(process_start_time(u32::MAX).is_none());
+    }
+
+    #[test]
+    fn openssh_users_are_the_images_accounts() {
+        for escalation in crate::Escalation::ALL {
+            assert!(
+                OPENSSH_USERS.contains(&escalation.docker_user()),
+                "{escalation:?}"
+            );
+        }
+        let config = include_str!("../docker/sshd_config");
+        let allowed: Vec<&str> = config
+            .lines()
+            .find_map(|line| line.strip_prefix("AllowUsers "))
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect();
+        assert_eq!(allowed, OPENSSH_USERS);
+        let dockerfile = include_str!("../docker/Dockerfile");
+        for user in OPENSSH_USERS {
+            assert!(dockerfile.contains(user), "{user}");
+        }
     }
 
     #[test]

@@ -21,6 +21,10 @@
 //! ([`LoginShell`]), and [`TestbedBuilder::dropbear`] runs Dropbear instead of sshd, with
 //! or without an SFTP server ([`TestbedBuilder::sftp`]).
 //!
+//! As root, [`TestbedBuilder::escalation`] logs in as an unprivileged account that may
+//! become root (or [`BECOME_TARGET_USER`]) through sudo, doas or su by one of the
+//! [`Escalation`] rules, for tests of privilege escalation against the real programs.
+//!
 //! [`DockerTestbed`] runs the server in a Docker container instead (OpenSSH on Debian or
 //! Dropbear on BusyBox, see [`DockerImage`]), with fault controls for the whole machine:
 //! stop, kill, restart, pause, network disconnect. It needs the `docker` CLI and a
@@ -54,6 +58,7 @@ mod containers;
 mod docker;
 mod dropbear;
 mod error;
+mod escalation;
 mod netns;
 mod prerequisite;
 mod process;
@@ -80,6 +85,11 @@ pub use docker::{
 };
 pub use dropbear::{DEFAULT_DROPBEAR_PATH, DROPBEAR_SFTP_SERVER_PATH};
 pub use error::TestbedError;
+pub use escalation::{
+    BECOME_PASSWORD, BECOME_TARGET_PASSWORD, BECOME_TARGET_USER, BECOME_USER_PREFIX,
+    DOAS_BLOCK_BEGIN, DOAS_BLOCK_END, DOAS_CONF_PATH, Escalation, ROOT_PASSWORD,
+    SUDOERS_FILE_PREFIX,
+};
 pub use prerequisite::skip_unless_ci;
 pub use shells::{LOGIN_SHELL_USER_PREFIX, LoginShell, TESTBED_LIB_DIR};
 
@@ -166,6 +176,7 @@ pub struct TestbedBuilder {
     login_shell: Option<LoginShell>,
     home_files: Vec<(PathBuf, Vec<u8>)>,
     bin_sh: Option<LoginShell>,
+    escalation: Option<Escalation>,
 }
 
 impl Default for TestbedBuilder {
@@ -185,6 +196,7 @@ impl Default for TestbedBuilder {
             login_shell: None,
             home_files: Vec::new(),
             bin_sh: None,
+            escalation: None,
         }
     }
 }
@@ -334,6 +346,8 @@ impl TestbedBuilder {
     ///   lines of processes that have exited are removed on the next update.
     ///
     /// [`password_auth`](Self::password_auth) does not help: the account has no password.
+    /// With [`escalation`](Self::escalation) the testbed logs in as that rule's account
+    /// instead, which gets this login shell.
     ///
     /// Defaults to no dedicated account (see [`Testbed::user`]).
     pub fn login_shell(mut self, shell: LoginShell) -> Self {
@@ -348,9 +362,11 @@ impl TestbedBuilder {
     /// hash of the files), so that testbeds with other files, or none, never share it.
     /// May be called more than once. Sessions then also miss the `SHLVL=1` the testbed
     /// otherwise gives them, so that Debian's bash reads `~/.bashrc` for commands over SSH as
-    /// it does on a real server.
+    /// it does on a real server. With an [escalation](Self::escalation) the files go into
+    /// that rule's account, then `swiftide-b-<rule>-<8 hex digits>` (a hash of the shell and
+    /// the files).
     ///
-    /// Without a login shell, or with a path that is absolute or contains `..`,
+    /// Without a login shell or escalation, or with a path that is absolute or contains `..`,
     /// [`start`](Self::start) fails with [`TestbedError::Unsupported`].
     ///
     /// Defaults to no files.
@@ -426,6 +442,43 @@ impl TestbedBuilder {
         self
     }
 
+    /// Log in as an unprivileged account that may escalate by `escalation`'s rule (sudo,
+    /// doas or su; see [`Escalation`] for the exact rules), for tests of privilege
+    /// escalation. [`Testbed::user`] returns the account, [`Testbed::escalation`] the rule.
+    /// Takes precedence over [`unprivileged_user`](Self::unprivileged_user); works with
+    /// [`dropbear`](Self::dropbear).
+    ///
+    /// Requires root (else [`start`](Self::start) fails with [`TestbedError::NotRoot`]) and
+    /// the program of the rule (`sudo` and `visudo`, `doas`, or `su`; else
+    /// [`TestbedError::ProgramNotFound`], naming `apt-get install -y sudo doas`). Under the
+    /// same lock as the [login shell](Self::login_shell) accounts, the testbed creates or
+    /// repairs:
+    ///
+    /// - the account [`Escalation::account_name`]: `swiftide-b-<rule>` with login shell
+    ///   `/bin/sh`, or `swiftide-b-<shell>-<rule>` with a [login shell](Self::login_shell)
+    ///   (one account per shell and rule, so testbeds with different rules never share
+    ///   one); password [`BECOME_PASSWORD`] set with `chpasswd` (a real hash, which sudo
+    ///   and su check through PAM), no supplementary groups (no `%sudo` rule applies), home
+    ///   `/home/<account>` with empty start-up files and the testbed's keys in
+    ///   `~/.ssh/authorized_keys` (tagged with the owning process, as for login shell
+    ///   accounts);
+    /// - the account [`BECOME_TARGET_USER`] (login shell `/bin/sh`, password
+    ///   [`BECOME_TARGET_PASSWORD`]), a non-root user to become: root's password is never
+    ///   touched, so `su` tests switch to this account;
+    /// - the rule: `/etc/sudoers.d/swiftide-testbed-<account>` (mode 0440, checked with
+    ///   `visudo -cf` before it is renamed into place) for the sudo rules, the account's
+    ///   lines in the testbed's block of `/etc/doas.conf` (between [`DOAS_BLOCK_BEGIN`] and
+    ///   [`DOAS_BLOCK_END`], at the end of the file; other lines are kept; checked with
+    ///   `doas -C`, renamed into place) for the doas rules.
+    ///
+    /// [`password_auth`](Self::password_auth) then accepts [`BECOME_PASSWORD`] too.
+    ///
+    /// Defaults to none (no escalation account).
+    pub fn escalation(mut self, escalation: Escalation) -> Self {
+        self.escalation = Some(escalation);
+        self
+    }
+
     /// Sets up the keys, accounts and configuration, starts sshd and waits until it
     /// sends its SSH banner.
     ///
@@ -433,10 +486,11 @@ impl TestbedBuilder {
     ///
     /// [`TestbedError::SshdNotFound`] without an sshd binary,
     /// [`TestbedError::ProgramNotFound`] without Dropbear, `dropbearkey`, the login
-    /// shell, BusyBox or Dropbear's SFTP server when they are needed,
+    /// shell, BusyBox, Dropbear's SFTP server, sudo, doas or su when they are needed,
     /// [`TestbedError::NotRoot`] for [`TestbedBuilder::unprivileged_user`],
-    /// [`TestbedBuilder::login_shell`], [`TestbedBuilder::dropbear`],
-    /// [`TestbedBuilder::bin_sh`] or [`TestbedBuilder::network_namespace`] without root,
+    /// [`TestbedBuilder::login_shell`], [`TestbedBuilder::escalation`],
+    /// [`TestbedBuilder::dropbear`], [`TestbedBuilder::bin_sh`] or
+    /// [`TestbedBuilder::network_namespace`] without root,
     /// [`TestbedError::Unsupported`] for `sshd_config` lines with Dropbear,
     /// [`TestbedError::MissingPrivsepDir`] when `/run/sshd` is missing and cannot be
     /// created, [`TestbedError::StartFailed`] (with sshd's log) when sshd exits or does
@@ -578,12 +632,19 @@ impl Testbed {
         self.port
     }
 
-    /// The user to log in as: the [login shell](TestbedBuilder::login_shell) account
-    /// (`swiftide-sh-<shell>`) if one was chosen, otherwise [`UNPRIVILEGED_USER`] with
+    /// The user to log in as: the [escalation](TestbedBuilder::escalation) account
+    /// (`swiftide-b-...`) if a rule was chosen, otherwise the [login
+    /// shell](TestbedBuilder::login_shell) account (`swiftide-sh-<shell>`) if one was
+    /// chosen, otherwise [`UNPRIVILEGED_USER`] with
     /// [`unprivileged_user`](TestbedBuilder::unprivileged_user) or
     /// [Dropbear](TestbedBuilder::dropbear), otherwise the current user.
     pub fn user(&self) -> &str {
         &self.user
+    }
+
+    /// The escalation rule chosen with [`TestbedBuilder::escalation`], if any.
+    pub fn escalation(&self) -> Option<Escalation> {
+        self.settings.escalation
     }
 
     /// Whether [`Testbed::user`] is root.
@@ -881,6 +942,10 @@ impl Testbed {
                 settings.bin_sh.is_some(),
                 "replacing /bin/sh for the server (bin_sh(..))".to_owned(),
             ),
+            (
+                settings.escalation.is_some(),
+                "logging in as an escalation account (escalation(..))".to_owned(),
+            ),
         ];
         if uid != 0
             && let Some((_, what)) = root_only.into_iter().find(|(needed, _)| *needed)
@@ -918,9 +983,10 @@ impl Testbed {
         let keys = system::client_keys()?;
         let authorized_keys = [keys.plain.public.clone(), keys.encrypted.public.clone()];
         if !settings.home_files.is_empty() {
-            if settings.login_shell.is_none() {
+            if settings.login_shell.is_none() && settings.escalation.is_none() {
                 return Err(TestbedError::Unsupported {
-                    what: "home files (home_file) without a login shell account".to_owned(),
+                    what: "home files (home_file) without a login shell or escalation account"
+                        .to_owned(),
                 });
             }
             if let Some((path, _)) = settings.home_files.iter().find(|(path, _)| {
@@ -934,7 +1000,21 @@ impl Testbed {
                 });
             }
         }
-        let (user, root_login, login_shell_path) = if let Some(shell) = &settings.login_shell {
+        let (user, root_login, login_shell_path) = if let Some(escalation) = settings.escalation {
+            let shell_path = settings
+                .login_shell
+                .as_ref()
+                .map(LoginShell::resolve)
+                .transpose()?;
+            let (name, user_uid) = escalation::ensure(
+                escalation,
+                settings.login_shell.as_ref(),
+                shell_path.as_deref().unwrap_or(Path::new("/bin/sh")),
+                &authorized_keys,
+                &settings.home_files,
+            )?;
+            (name, user_uid == 0, shell_path)
+        } else if let Some(shell) = &settings.login_shell {
             let path = shell.resolve()?;
             let name = shells::account_with_files(shell, &settings.home_files);
             let user_uid =

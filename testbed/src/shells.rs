@@ -176,6 +176,16 @@ pub(crate) fn account_with_files(shell: &LoginShell, files: &[(PathBuf, Vec<u8>)
     if files.is_empty() {
         return shell.account_name();
     }
+    format!(
+        "{}-{:08x}",
+        shell.account_name(),
+        fnv1a(&files_fingerprint(files))
+    )
+}
+
+/// The bytes that stand for a set of home files in account names (paths, lengths and
+/// contents, in order).
+pub(crate) fn files_fingerprint(files: &[(PathBuf, Vec<u8>)]) -> Vec<u8> {
     let mut bytes = Vec::new();
     for (path, contents) in files {
         bytes.extend_from_slice(path.as_os_str().as_encoded_bytes());
@@ -183,11 +193,11 @@ pub(crate) fn account_with_files(shell: &LoginShell, files: &[(PathBuf, Vec<u8>)
         bytes.extend_from_slice(&(contents.len() as u64).to_le_bytes());
         bytes.extend_from_slice(contents);
     }
-    format!("{}-{:08x}", shell.account_name(), fnv1a(&bytes))
+    bytes
 }
 
 /// 32-bit FNV-1a, for stable account names of custom shells.
-fn fnv1a(bytes: &[u8]) -> u32 {
+pub(crate) fn fnv1a(bytes: &[u8]) -> u32 {
     let mut hash: u32 = 0x811c_9dc5;
     for &byte in bytes {
         hash ^= u32::from(byte);
@@ -241,13 +251,17 @@ fn ensure_ash_link(busybox: &Path) -> Result<PathBuf, TestbedError> {
     Ok(link)
 }
 
-/// An exclusive lock on the accounts lock file, released when dropped.
-struct AccountsLock {
+/// An exclusive lock on the accounts lock file, released when dropped. Also guards the
+/// escalation rules (`/etc/sudoers.d/swiftide-testbed-*`, the testbed's block of
+/// `/etc/doas.conf`).
+pub(crate) struct AccountsLock {
     _file: File,
 }
 
 impl AccountsLock {
-    fn acquire() -> Result<Self, TestbedError> {
+    /// Blocks until this thread holds the lock (each call opens the file anew, so threads
+    /// of one process exclude each other too).
+    pub(crate) fn acquire() -> Result<Self, TestbedError> {
         let path = if Path::new("/run/lock").is_dir() {
             LOCK_FILE
         } else {
@@ -286,6 +300,25 @@ fn passwd_entry(name: &str) -> Option<PasswdEntry> {
             shell: (*fields.get(6)?).to_owned(),
         })
     })
+}
+
+/// The groups in `/etc/group` that list `name` as a member (supplementary groups).
+fn supplementary_groups(name: &str) -> Vec<String> {
+    let Ok(groups) = fs::read_to_string("/etc/group") else {
+        return Vec::new();
+    };
+    groups
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split(':');
+            let group = fields.next()?;
+            let members = fields.nth(2)?;
+            members
+                .split(',')
+                .any(|member| member.trim() == name)
+                .then(|| group.to_owned())
+        })
+        .collect()
 }
 
 /// The password field of `name` in `/etc/shadow` (`None` if unreadable or absent).
@@ -341,6 +374,24 @@ fn run_account_tool(mut make: impl FnMut() -> Command, what: &str) -> Result<(),
 /// Accounts this process has set up (with its client keys).
 static READY: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
 
+/// What [`ensure_account`] sets up.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AccountSpec<'a> {
+    pub(crate) name: &'a str,
+    /// The login shell, as it goes into `/etc/passwd`.
+    pub(crate) shell: &'a Path,
+    /// `None`: password field `*` (no password, not locked). `Some`: this password, set
+    /// with `chpasswd` (a real hash, for PAM: sudo and su check it); the account is then
+    /// also kept out of every supplementary group (so that no `%group` rule applies).
+    pub(crate) password: Option<&'a str>,
+    /// Authorized keys for `~/.ssh/authorized_keys` (none: the file is left alone).
+    pub(crate) keys: &'a [String],
+    /// Files for the home directory (see [`write_home_files`]).
+    pub(crate) files: &'a [(PathBuf, Vec<u8>)],
+    /// The GECOS field of a new account.
+    pub(crate) comment: &'a str,
+}
+
 /// Creates (or repairs) the account `name` with login shell `shell`, password field `*`
 /// (not locked: OpenSSH without PAM refuses `!` accounts; no password login possible),
 /// a home directory with empty shell start-up files, and `~/.ssh/authorized_keys`
@@ -351,6 +402,29 @@ pub(crate) fn ensure_login_account(
     keys: &[String],
     files: &[(PathBuf, Vec<u8>)],
 ) -> Result<u32, TestbedError> {
+    ensure_account(&AccountSpec {
+        name,
+        shell,
+        password: None,
+        keys,
+        files,
+        comment: "swiftide-ssh-testbed login shell account",
+    })
+}
+
+/// Creates (or repairs) an account as `spec` says: login shell (listed in `/etc/shells`),
+/// password (`*` or a real one), home `/home/<name>` (0755) with empty shell start-up files
+/// and `spec.files`, `~/.ssh/authorized_keys` with `spec.keys`. Everything happens under
+/// [`AccountsLock`]; a password is set once per process. Requires root. Returns the uid.
+pub(crate) fn ensure_account(spec: &AccountSpec<'_>) -> Result<u32, TestbedError> {
+    let AccountSpec {
+        name,
+        shell,
+        password,
+        keys,
+        files,
+        comment,
+    } = *spec;
     let mut ready = READY.lock().unwrap_or_else(PoisonError::into_inner);
     if ready.contains(name)
         && let Some(entry) = passwd_entry(name)
@@ -363,12 +437,18 @@ pub(crate) fn ensure_login_account(
     let shell_text = shell.to_string_lossy().into_owned();
     let entry = match passwd_entry(name) {
         Some(entry) => {
-            if entry.shell != shell_text || shadow_password(name).as_deref() != Some("*") {
+            let wrong_password =
+                password.is_none() && shadow_password(name).as_deref() != Some("*");
+            if entry.shell != shell_text || wrong_password {
                 let usermod = system::sbin_tool("usermod");
                 run_account_tool(
                     || {
                         let mut command = Command::new(&usermod);
-                        command.args(["--shell", &shell_text, "--password", "*", name]);
+                        command.args(["--shell", &shell_text]);
+                        if password.is_none() {
+                            command.args(["--password", "*"]);
+                        }
+                        command.arg(name);
                         command
                     },
                     &format!("`usermod --shell {shell_text} {name}`"),
@@ -391,7 +471,7 @@ pub(crate) fn ensure_login_account(
                         "--password",
                         "*",
                         "--comment",
-                        "swiftide-ssh-testbed login shell account",
+                        comment,
                         name,
                     ]);
                     command
@@ -407,9 +487,25 @@ pub(crate) fn ensure_login_account(
             std::io::Error::other("the account is not in /etc/passwd after useradd/usermod"),
         )
     })?;
+    if let Some(password) = password {
+        system::set_password(name, password)?;
+        if !supplementary_groups(name).is_empty() {
+            let usermod = system::sbin_tool("usermod");
+            run_account_tool(
+                || {
+                    let mut command = Command::new(&usermod);
+                    command.args(["--groups", "", name]);
+                    command
+                },
+                &format!("`usermod --groups '' {name}`"),
+            )?;
+        }
+    }
     prepare_home(name, &entry.home, Some(files))?;
     write_home_files(name, &entry.home, files)?;
-    install_keys(name, &entry.home, keys)?;
+    if !keys.is_empty() {
+        install_keys(name, &entry.home, keys)?;
+    }
     ready.insert(name.to_owned());
     Ok(entry.uid)
 }

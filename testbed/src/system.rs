@@ -165,22 +165,29 @@ pub(crate) fn ensure_unprivileged_user() -> Result<u32, TestbedError> {
         thread::sleep(ACCOUNT_RETRY_DELAY);
     };
 
-    let chpasswd = sbin_tool("chpasswd");
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        match set_password(&chpasswd) {
-            Ok(()) => break,
-            Err(e) if attempt >= ACCOUNT_ATTEMPTS => return Err(e),
-            Err(_) => thread::sleep(ACCOUNT_RETRY_DELAY),
-        }
-    }
+    set_password(UNPRIVILEGED_USER, USER_PASSWORD)?;
     *ready = true;
     Ok(uid)
 }
 
-fn set_password(chpasswd: &Path) -> Result<(), TestbedError> {
-    let what = format!("`chpasswd` for {UNPRIVILEGED_USER}");
+/// Sets the password of `user` with `chpasswd` (a real hash, as PAM's `pam_unix` expects,
+/// which also unlocks the account), retrying while another process holds the
+/// `/etc/shadow` lock. Requires root.
+pub(crate) fn set_password(user: &str, password: &str) -> Result<(), TestbedError> {
+    let chpasswd = sbin_tool("chpasswd");
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match run_chpasswd(&chpasswd, user, password) {
+            Ok(()) => return Ok(()),
+            Err(e) if attempt >= ACCOUNT_ATTEMPTS => return Err(e),
+            Err(_) => thread::sleep(ACCOUNT_RETRY_DELAY),
+        }
+    }
+}
+
+fn run_chpasswd(chpasswd: &Path, user: &str, password: &str) -> Result<(), TestbedError> {
+    let what = format!("`chpasswd` for {user}");
     let mut child = Command::new(chpasswd)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
@@ -189,7 +196,7 @@ fn set_password(chpasswd: &Path) -> Result<(), TestbedError> {
         .map_err(|e| TestbedError::io(format!("running {what}"), e))?;
     if let Some(mut stdin) = child.stdin.take() {
         stdin
-            .write_all(format!("{UNPRIVILEGED_USER}:{USER_PASSWORD}\n").as_bytes())
+            .write_all(format!("{user}:{password}\n").as_bytes())
             .map_err(|e| TestbedError::io(format!("writing to {what}"), e))?;
     }
     let output = child

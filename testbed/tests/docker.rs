@@ -484,3 +484,180 @@ fn twenty_containers_at_once() {
     drop(testbeds);
     eprintln!("removed in {:?}", removing.elapsed());
 }
+
+// ---------------------------------------------------------------------------------------
+// Privilege escalation: the OpenSSH image's escalation accounts, and su in both images.
+
+use swiftide_ssh_testbed::{
+    BECOME_PASSWORD, BECOME_TARGET_PASSWORD, BECOME_TARGET_USER, Escalation, ROOT_PASSWORD,
+};
+
+/// `command` with `password` and a newline on its standard input.
+fn piped(password: &str, command: &str) -> String {
+    format!("printf '%s\\n' '{password}' | {command}")
+}
+
+#[test]
+fn openssh_escalation_accounts_follow_their_rules() {
+    if !docker_available() {
+        return;
+    }
+    let escalations: Vec<Escalation> = Escalation::ALL
+        .into_iter()
+        .filter(|e| *e != Escalation::Su)
+        .collect();
+    let handles: Vec<_> = escalations
+        .into_iter()
+        .map(|escalation| {
+            thread::spawn(move || {
+                let user = escalation.docker_user();
+                let testbed = DockerTestbed::builder().user(user).start().unwrap();
+                assert_eq!(testbed.user(), user);
+                assert_eq!(login_name(&testbed), user);
+                let run = |command: &str| testbed.ssh(command).unwrap();
+                let fails_with = |command: &str, message: &str| {
+                    let output = run(command);
+                    assert!(!output.status.success(), "{user}: {command} worked");
+                    let stderr = text(&output.stderr);
+                    assert!(stderr.contains(message), "{user}: {command}: {stderr}");
+                };
+                let prints = |command: &str, expected: &str| {
+                    let output = run(command);
+                    assert_ok(&output);
+                    assert_eq!(text(&output.stdout), expected, "{user}: {command}");
+                    text(&output.stderr)
+                };
+                let with_password = piped(BECOME_PASSWORD, "sudo -S -p '' id -u");
+                match escalation {
+                    Escalation::SudoNoPassword => {
+                        prints("sudo -n id -u", "0\n");
+                        prints(
+                            &format!("sudo -n -u {BECOME_TARGET_USER} id -un"),
+                            &format!("{BECOME_TARGET_USER}\n"),
+                        );
+                    }
+                    Escalation::SudoPassword => {
+                        fails_with("sudo -n true", "a password is required");
+                        prints(&with_password, "0\n");
+                    }
+                    Escalation::SudoRequireTty => {
+                        fails_with("sudo -n id -u", "you must have a tty");
+                    }
+                    Escalation::SudoLecture => {
+                        for _ in 0..2 {
+                            let stderr = prints(&with_password, "0\n");
+                            assert!(stderr.contains("usual lecture"), "{stderr}");
+                        }
+                    }
+                    Escalation::SudoNotInSudoers => {
+                        fails_with(
+                            &piped(BECOME_PASSWORD, "sudo -S -p '' true"),
+                            "sudo-none is not in the sudoers file",
+                        );
+                    }
+                    Escalation::DoasNoPassword => {
+                        prints("doas -n id -u", "0\n");
+                        prints(
+                            &format!("doas -n -u {BECOME_TARGET_USER} id -un"),
+                            &format!("{BECOME_TARGET_USER}\n"),
+                        );
+                    }
+                    Escalation::DoasPassword => {
+                        fails_with("doas -n true", "Authentication required");
+                    }
+                    other => panic!("no check for {other:?}"),
+                }
+            })
+        })
+        .collect();
+    for handle in handles {
+        handle.join().unwrap();
+    }
+}
+
+#[test]
+fn su_to_root_with_the_root_password_in_both_images() {
+    if !docker_available() {
+        return;
+    }
+    let openssh = thread::spawn(|| {
+        let testbed = start(DockerImage::OpenSsh);
+        assert_eq!(testbed.user(), "tester");
+        // util-linux su: the prompt goes to standard error.
+        let output = testbed.ssh(&piped(ROOT_PASSWORD, "su -c 'id -u'")).unwrap();
+        assert_ok(&output);
+        assert_eq!(text(&output.stdout), "0\n");
+        assert!(text(&output.stderr).contains("Password:"));
+        let output = testbed
+            .ssh(&piped(
+                BECOME_TARGET_PASSWORD,
+                &format!("su -c 'id -un' {BECOME_TARGET_USER}"),
+            ))
+            .unwrap();
+        assert_ok(&output);
+        assert_eq!(text(&output.stdout), format!("{BECOME_TARGET_USER}\n"));
+        // tester has no sudo rule.
+        let output = testbed.ssh("sudo -n true").unwrap();
+        assert!(!output.status.success());
+    });
+    let dropbear = thread::spawn(|| {
+        let testbed = start(DockerImage::DropbearBusybox);
+        // BusyBox su, called by its path (a bare `su` runs the applet from the BusyBox that is
+        // not setuid), prints its prompt and a newline on standard output.
+        let output = testbed
+            .ssh(&piped(ROOT_PASSWORD, "/bin/su -c 'id -u'"))
+            .unwrap();
+        assert_ok(&output);
+        assert_eq!(text(&output.stdout), "Password: \n0\n");
+        let output = testbed
+            .ssh(&piped(
+                BECOME_TARGET_PASSWORD,
+                &format!("/bin/su -c 'id -un' {BECOME_TARGET_USER}"),
+            ))
+            .unwrap();
+        assert_ok(&output);
+        assert!(
+            text(&output.stdout).ends_with(&format!("\n{BECOME_TARGET_USER}\n")),
+            "{}",
+            text(&output.stdout)
+        );
+        let output = testbed.ssh(&piped(ROOT_PASSWORD, "su -c 'id -u'")).unwrap();
+        assert!(!output.status.success());
+        assert!(
+            text(&output.stderr).contains("must be suid"),
+            "{}",
+            text(&output.stderr)
+        );
+        let started = Instant::now();
+        let output = testbed
+            .ssh(&piped("wrong-password", "/bin/su -c 'id -u'"))
+            .unwrap();
+        assert!(!output.status.success());
+        assert!(
+            text(&output.stderr).contains("incorrect password"),
+            "{}",
+            text(&output.stderr)
+        );
+        eprintln!(
+            "a wrong BusyBox su password failed after {:?}",
+            started.elapsed()
+        );
+    });
+    openssh.join().unwrap();
+    dropbear.join().unwrap();
+}
+
+#[test]
+fn unknown_docker_users_are_refused() {
+    let err = DockerTestbed::builder()
+        .image(DockerImage::DropbearBusybox)
+        .user(Escalation::SudoNoPassword.docker_user())
+        .start()
+        .unwrap_err();
+    assert!(
+        matches!(&err, TestbedError::Unsupported { what } if what.contains("sudo-nopasswd")),
+        "{err}"
+    );
+    assert_eq!(DockerImage::DropbearBusybox.users(), ["tester"]);
+    assert!(DockerImage::OpenSsh.users().contains(&"doas-password"));
+}

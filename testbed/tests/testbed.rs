@@ -1369,3 +1369,522 @@ fn dropbear_on_ipv6_loopback_and_in_a_network_namespace() {
     assert_eq!(stdout(&output), "dash\n");
     assert_host_key_is_verified(&testbed);
 }
+
+// ---------------------------------------------------------------------------------------
+// Privilege escalation: sudo, doas and su rules.
+
+use swiftide_ssh_testbed::{
+    BECOME_PASSWORD, BECOME_TARGET_PASSWORD, BECOME_TARGET_USER, DOAS_BLOCK_BEGIN, DOAS_BLOCK_END,
+    Escalation, SUDOERS_FILE_PREFIX,
+};
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// A testbed logging in as `escalation`'s account; `None` without root.
+fn escalation_testbed(escalation: Escalation) -> Option<Testbed> {
+    let testbed = root_testbed(Testbed::builder().escalation(escalation))?;
+    assert_eq!(testbed.escalation(), Some(escalation));
+    assert_eq!(testbed.user(), escalation.account_name(None));
+    assert!(!testbed.is_root_login());
+    Some(testbed)
+}
+
+/// `command` with `password` and a newline on its standard input.
+fn piped(password: &str, command: &str) -> String {
+    format!("printf '%s\\n' '{password}' | {command}")
+}
+
+/// The testbed's OpenSSH client with a terminal for the remote command (`ssh -tt`).
+fn ssh_with_tty(testbed: &Testbed, remote_command: &str) -> Command {
+    let plain = testbed.ssh_command(remote_command);
+    let mut command = Command::new("ssh");
+    command
+        .arg("-tt")
+        .args(plain.get_args())
+        .stdin(Stdio::null());
+    command
+}
+
+/// Runs `command` (an `ssh -tt`), waits until its output shows `prompt`, then types
+/// `answer` and a newline; returns everything it printed (the terminal's `\r\n` and all).
+/// Answering only after the prompt matters: programs that read passwords from the terminal
+/// flush pending input first (`tcsetattr(TCSAFLUSH)`).
+fn answer_prompt(mut command: Command, prompt: &str, answer: &str) -> (Output, String) {
+    use std::io::Write;
+    use std::sync::mpsc;
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let (sender, receiver) = mpsc::channel::<Vec<u8>>();
+    let reader = thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        loop {
+            match out.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if sender.send(buf[..n].to_vec()).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut stdin = child.stdin.take().unwrap();
+    while !String::from_utf8_lossy(&seen).contains(prompt) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(
+            !left.is_zero(),
+            "no prompt {prompt:?}; so far: {:?}",
+            String::from_utf8_lossy(&seen)
+        );
+        if let Ok(chunk) = receiver.recv_timeout(left) {
+            seen.extend(chunk);
+        }
+    }
+    stdin.write_all(format!("{answer}\n").as_bytes()).unwrap();
+    // EOF on ssh's stdin would end the terminal session early: keep it open until exit.
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the command did not finish");
+        while let Ok(chunk) = receiver.try_recv() {
+            seen.extend(chunk);
+        }
+        thread::sleep(Duration::from_millis(10));
+    };
+    drop(stdin);
+    reader.join().unwrap();
+    while let Ok(chunk) = receiver.try_recv() {
+        seen.extend(chunk);
+    }
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let text = String::from_utf8_lossy(&seen).into_owned();
+    (
+        Output {
+            status,
+            stdout: seen,
+            stderr: err.into_bytes(),
+        },
+        text,
+    )
+}
+
+fn shadow_field(user: &str) -> String {
+    fs::read_to_string("/etc/shadow")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{user}:")))
+        .unwrap_or_else(|| panic!("{user} not in /etc/shadow"))
+        .split(':')
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+/// The account and the target exist as documented: login shell, a real password hash, the
+/// home and its keys.
+fn check_escalation_accounts(testbed: &Testbed, shell: &str) {
+    let user = testbed.user();
+    let fields = passwd_fields(user);
+    assert_eq!(fields[5], format!("/home/{user}"));
+    assert_eq!(fields[6], shell);
+    assert!(shadow_field(user).starts_with('$'), "{user}: not a hash");
+    let keys = fs::read_to_string(format!("/home/{user}/.ssh/authorized_keys")).unwrap();
+    assert!(keys.contains("swiftide-ssh-testbed-owner="), "{keys}");
+    let groups = fs::read_to_string("/etc/group").unwrap();
+    assert!(
+        !groups.lines().any(|line| line
+            .rsplit(':')
+            .next()
+            .is_some_and(|members| members.split(',').any(|m| m == user))),
+        "{user} is in a supplementary group"
+    );
+    let target = passwd_fields(BECOME_TARGET_USER);
+    assert_eq!(target[6], "/bin/sh");
+    assert!(shadow_field(BECOME_TARGET_USER).starts_with('$'));
+}
+
+fn sudoers_file(account: &str) -> PathBuf {
+    PathBuf::from(format!("{SUDOERS_FILE_PREFIX}{account}"))
+}
+
+#[test]
+fn sudo_without_password_becomes_root_and_the_target() {
+    let Some(testbed) = escalation_testbed(Escalation::SudoNoPassword) else {
+        return;
+    };
+    assert_eq!(testbed.user(), "swiftide-b-sudo-nopw");
+    check_escalation_accounts(&testbed, "/bin/sh");
+    let file = sudoers_file(testbed.user());
+    let meta = fs::metadata(&file).unwrap();
+    assert_eq!(meta.mode() & 0o7777, 0o440);
+    assert_eq!(meta.uid(), 0);
+    let rules = fs::read_to_string(&file).unwrap();
+    assert!(
+        rules.ends_with("\nswiftide-b-sudo-nopw ALL=(ALL:ALL) NOPASSWD: ALL\n"),
+        "{rules}"
+    );
+
+    let output = testbed.run("sudo -n id -u").unwrap();
+    assert_ok(&output);
+    assert_eq!(stdout(&output), "0\n");
+    let output = testbed
+        .run(&format!("sudo -n -u {BECOME_TARGET_USER} id -un"))
+        .unwrap();
+    assert_ok(&output);
+    assert_eq!(stdout(&output), format!("{BECOME_TARGET_USER}\n"));
+    // The login account itself stays unprivileged.
+    let output = testbed.run("id -u").unwrap();
+    assert_eq!(stdout(&output), format!("{}\n", uid_of(testbed.user())));
+}
+
+#[test]
+fn sudo_with_password_needs_the_password() {
+    let Some(testbed) = escalation_testbed(Escalation::SudoPassword) else {
+        return;
+    };
+    check_escalation_accounts(&testbed, "/bin/sh");
+    let output = testbed.run("sudo -n true").unwrap();
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("a password is required"),
+        "{}",
+        stderr(&output)
+    );
+
+    let output = testbed
+        .run(&piped(BECOME_PASSWORD, "sudo -S -p '' id -u"))
+        .unwrap();
+    assert_ok(&output);
+    assert_eq!(stdout(&output), "0\n");
+
+    // The prompt goes to standard error.
+    let output = testbed
+        .run(&piped(BECOME_PASSWORD, "sudo -S -p 'PROMPT:' id -u"))
+        .unwrap();
+    assert_ok(&output);
+    assert_eq!(stdout(&output), "0\n");
+    assert!(stderr(&output).contains("PROMPT:"), "{}", stderr(&output));
+
+    // A wrong password fails, after PAM's delay of about 2 s.
+    let started = Instant::now();
+    let output = testbed
+        .run(&piped("wrong-password", "sudo -S -p '' true"))
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("incorrect password attempt"),
+        "{}",
+        stderr(&output)
+    );
+    eprintln!("a wrong sudo password failed after {:?}", started.elapsed());
+}
+
+#[test]
+fn sudo_requiring_a_tty_refuses_sessions_without_one() {
+    let Some(testbed) = escalation_testbed(Escalation::SudoRequireTty) else {
+        return;
+    };
+    let rules = fs::read_to_string(sudoers_file(testbed.user())).unwrap();
+    assert!(
+        rules.contains("Defaults:swiftide-b-sudo-tty requiretty\n"),
+        "{rules}"
+    );
+    let output = testbed.run("sudo -n id -u").unwrap();
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("you must have a tty"),
+        "{}",
+        stderr(&output)
+    );
+    // With a terminal (ssh -tt) the same command works, without a password.
+    let output = ssh_with_tty(&testbed, "sudo -n id -u").output().unwrap();
+    assert_ok(&output);
+    assert_eq!(stdout(&output), "0\r\n");
+}
+
+const LECTURE: &str = "We trust you have received the usual lecture";
+
+#[test]
+fn sudo_lecture_is_printed_before_every_prompt() {
+    let Some(testbed) = escalation_testbed(Escalation::SudoLecture) else {
+        return;
+    };
+    for _ in 0..2 {
+        let output = testbed
+            .run(&piped(BECOME_PASSWORD, "sudo -S -p '' id -u"))
+            .unwrap();
+        assert_ok(&output);
+        assert_eq!(stdout(&output), "0\n");
+        assert!(stderr(&output).contains(LECTURE), "{}", stderr(&output));
+    }
+    // In one session, too, once sudo asks again (`sudo -k` drops the cached credentials,
+    // which would otherwise spare the second prompt, and with it the lecture).
+    let sudo = piped(BECOME_PASSWORD, "sudo -S -p '' id -u");
+    let output = testbed.run(&format!("{sudo}; sudo -k; {sudo}")).unwrap();
+    assert_ok(&output);
+    assert_eq!(stdout(&output), "0\n0\n");
+    assert_eq!(
+        stderr(&output).matches(LECTURE).count(),
+        2,
+        "{}",
+        stderr(&output)
+    );
+    // Without `sudo -k`, the second sudo uses the cached credentials: no prompt.
+    let output = testbed.run(&format!("{sudo}; sudo -n id -u")).unwrap();
+    assert_ok(&output);
+    assert_eq!(stdout(&output), "0\n0\n");
+    assert_eq!(
+        stderr(&output).matches(LECTURE).count(),
+        1,
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn sudo_refuses_an_account_not_in_sudoers() {
+    let Some(testbed) = escalation_testbed(Escalation::SudoNotInSudoers) else {
+        return;
+    };
+    assert!(!sudoers_file(testbed.user()).exists());
+    let output = testbed
+        .run(&piped(BECOME_PASSWORD, "sudo -S -p '' true"))
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("swiftide-b-sudo-none is not in the sudoers file"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+/// The testbed's lines in `/etc/doas.conf`.
+fn doas_block() -> Vec<String> {
+    let conf = fs::read_to_string("/etc/doas.conf").unwrap();
+    let begin = conf.find(DOAS_BLOCK_BEGIN).expect("the testbed's block");
+    let end = conf.find(DOAS_BLOCK_END).expect("the block's end");
+    conf[begin..end]
+        .lines()
+        .skip(1)
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn doas_without_password_becomes_root_and_the_target() {
+    let Some(testbed) = escalation_testbed(Escalation::DoasNoPassword) else {
+        return;
+    };
+    assert_eq!(testbed.user(), "swiftide-b-doas-nopw");
+    check_escalation_accounts(&testbed, "/bin/sh");
+    let block = doas_block();
+    for line in [
+        "permit nopass swiftide-b-doas-nopw as root",
+        "permit nopass swiftide-b-doas-nopw as swiftide-become-target",
+    ] {
+        assert!(block.iter().any(|l| l == line), "{block:?}");
+    }
+    // opendoas refuses a config that group or others may write, or root does not own.
+    let meta = fs::metadata("/etc/doas.conf").unwrap();
+    assert_eq!(meta.mode() & 0o022, 0);
+    assert_eq!(meta.uid(), 0);
+    assert_ok(
+        &Command::new("doas")
+            .args(["-C", "/etc/doas.conf"])
+            .output()
+            .unwrap(),
+    );
+
+    let output = testbed.run("doas -n id -u").unwrap();
+    assert_ok(&output);
+    assert_eq!(stdout(&output), "0\n");
+    let output = testbed
+        .run(&format!("doas -n -u {BECOME_TARGET_USER} id -un"))
+        .unwrap();
+    assert_ok(&output);
+    assert_eq!(stdout(&output), format!("{BECOME_TARGET_USER}\n"));
+}
+
+#[test]
+fn doas_with_password_asks_on_the_terminal() {
+    let Some(testbed) = escalation_testbed(Escalation::DoasPassword) else {
+        return;
+    };
+    let block = doas_block();
+    assert!(
+        block
+            .iter()
+            .any(|l| l == "permit swiftide-b-doas-pw as root"),
+        "{block:?}"
+    );
+    let output = testbed.run("doas -n true").unwrap();
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("Authentication required"),
+        "{}",
+        stderr(&output)
+    );
+    // Without a terminal, a password on standard input does not help.
+    let output = testbed.run(&piped(BECOME_PASSWORD, "doas true")).unwrap();
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("Authentication failed"),
+        "{}",
+        stderr(&output)
+    );
+    // With one, doas asks there.
+    let (output, text) = answer_prompt(
+        ssh_with_tty(&testbed, "doas id -u"),
+        "password:",
+        BECOME_PASSWORD,
+    );
+    assert_ok(&output);
+    assert!(text.contains("doas (swiftide-b-doas-pw@"), "{text:?}");
+    assert!(text.ends_with("\r\n0\r\n"), "{text:?}");
+}
+
+#[test]
+fn su_becomes_the_target_with_its_password() {
+    let Some(testbed) = escalation_testbed(Escalation::Su) else {
+        return;
+    };
+    check_escalation_accounts(&testbed, "/bin/sh");
+    assert!(!sudoers_file(testbed.user()).exists());
+    let su = format!("su -s /bin/sh -c 'id -un' {BECOME_TARGET_USER}");
+    let output = testbed.run(&piped(BECOME_TARGET_PASSWORD, &su)).unwrap();
+    assert_ok(&output);
+    assert_eq!(stdout(&output), format!("{BECOME_TARGET_USER}\n"));
+    // The prompt goes to standard error.
+    assert!(stderr(&output).contains("Password:"), "{}", stderr(&output));
+
+    let started = Instant::now();
+    let output = testbed.run(&piped("wrong-password", &su)).unwrap();
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("Authentication failure"),
+        "{}",
+        stderr(&output)
+    );
+    eprintln!("a wrong su password failed after {:?}", started.elapsed());
+}
+
+#[test]
+fn escalation_account_with_a_login_shell() {
+    let Some(testbed) = root_testbed(
+        Testbed::builder()
+            .login_shell(LoginShell::Fish)
+            .escalation(Escalation::SudoNoPassword),
+    ) else {
+        return;
+    };
+    assert_eq!(testbed.user(), "swiftide-b-fish-sudo-nopw");
+    assert_eq!(testbed.login_shell(), Some(&LoginShell::Fish));
+    let fish = testbed
+        .login_shell_path()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    check_escalation_accounts(&testbed, &fish);
+    let output = testbed.run(SHOW_SHELL).unwrap();
+    assert_ok(&output);
+    assert!(stdout(&output).starts_with("fish\n"), "{}", stdout(&output));
+    let output = testbed.run("sudo -n id -u").unwrap();
+    assert_ok(&output);
+    assert_eq!(stdout(&output), "0\n");
+}
+
+#[test]
+fn escalation_account_on_dropbear() {
+    let Some(testbed) = root_testbed(
+        Testbed::builder()
+            .dropbear()
+            .escalation(Escalation::SudoNoPassword),
+    ) else {
+        return;
+    };
+    assert_eq!(testbed.server(), Server::Dropbear);
+    assert_eq!(testbed.user(), "swiftide-b-sudo-nopw");
+    let output = testbed.run("id -un; sudo -n id -u").unwrap();
+    assert_ok(&output);
+    assert_eq!(stdout(&output), "swiftide-b-sudo-nopw\n0\n");
+}
+
+#[test]
+fn escalation_account_with_home_files_is_one_of_its_own() {
+    let Some(testbed) = root_testbed(
+        Testbed::builder()
+            .escalation(Escalation::Su)
+            .home_file(".profile", "echo from-profile\n"),
+    ) else {
+        return;
+    };
+    let user = testbed.user().to_owned();
+    assert!(user.starts_with("swiftide-b-su-"), "{user}");
+    assert_eq!(user.len(), "swiftide-b-su-".len() + 8);
+    assert_eq!(
+        fs::read_to_string(format!("/home/{user}/.profile")).unwrap(),
+        "echo from-profile\n"
+    );
+    let output = testbed.run("id -un").unwrap();
+    assert_ok(&output);
+    assert_eq!(stdout(&output), format!("{user}\n"));
+}
+
+#[test]
+fn every_escalation_at_once() {
+    if root_testbed(Testbed::builder().escalation(Escalation::Su)).is_none() {
+        return;
+    }
+    let handles: Vec<_> = Escalation::ALL
+        .into_iter()
+        .map(|escalation| {
+            thread::spawn(move || {
+                let testbed = Testbed::builder().escalation(escalation).start().unwrap();
+                let output = testbed.run("id -un").unwrap();
+                assert_ok(&output);
+                assert_eq!(stdout(&output).trim(), escalation.account_name(None));
+                let output = testbed.run("sudo -n true").unwrap();
+                let sudo_ok = output.status.success();
+                let output = testbed.run("doas -n true").unwrap();
+                let doas_ok = output.status.success();
+                (escalation, sudo_ok, doas_ok)
+            })
+        })
+        .collect();
+    for handle in handles {
+        let (escalation, sudo_ok, doas_ok) = handle.join().unwrap();
+        assert_eq!(
+            sudo_ok,
+            escalation == Escalation::SudoNoPassword,
+            "{escalation:?}: sudo -n"
+        );
+        assert_eq!(
+            doas_ok,
+            escalation == Escalation::DoasNoPassword,
+            "{escalation:?}: doas -n"
+        );
+    }
+    // Every doas line of the block is there once.
+    let block = doas_block();
+    let mut unique = block.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), block.len(), "{block:?}");
+}

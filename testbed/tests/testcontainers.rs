@@ -217,3 +217,19 @@ async fn a_wrong_host_key_is_refused() {
         "{result:?}"
     );
 }
+
+#[tokio::test]
+async fn logs_in_as_an_escalation_account_and_becomes_root() {
+    if !docker_available() {
+        return;
+    }
+    let user = swiftide_ssh_testbed::Escalation::SudoNoPassword.docker_user();
+    let (_container, ssh) = start(SshImage::openssh().expect("keys").user(user)).await;
+    assert_eq!(ssh.user(), "sudo-nopasswd");
+    let executor = executor(&ssh).await;
+    let output = executor
+        .exec_cmd(&Command::shell("id -un; sudo -n id -u"))
+        .await
+        .expect("run the command");
+    assert_eq!(output.to_string(), "sudo-nopasswd\n0\n");
+}
