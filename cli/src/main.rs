@@ -8,6 +8,7 @@
 //! cargo install --path cli        # on Rust 1.95/1.96: add --ignore-rust-version
 //! swiftide-ssh run -w 'web[01-20]!web07' -b uname -r
 //! swiftide-ssh push -i hosts.ini -g 'web:&prod' --batch 1,10%,50% ./app.conf /etc/app/
+//! swiftide-ssh run -w 'db[1-3]' --become-user postgres -K -- psql -c 'select 1'
 //! ```
 #![forbid(unsafe_code)]
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -24,8 +25,8 @@ use std::{
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use swiftide_ssh_executor::{
-    Fleet, FleetEvent, FleetReport, HostKeyPolicy, HostRecord, JobOptions, SshConfig, SshExecutor,
-    SshExecutorBuilder,
+    Become, BecomeMethod, Fleet, FleetEvent, FleetReport, HostKeyPolicy, HostRecord, JobOptions,
+    Secret, SshConfig, SshExecutor, SshExecutorBuilder,
     fleet::{
         Batches, Inventory, InventoryHost, LiveLines, exit_code, expand_nodeset, fold_records,
         max_exit_code, read_records, write_failed_hosts, write_records,
@@ -38,6 +39,10 @@ const USAGE: u8 = 2;
 /// The default `job start --job-retention-days`, the library's `job_retention`.
 const DEFAULT_JOB_RETENTION_DAYS: u64 = 7;
 
+/// The environment variable an escalation password may come from (for bots; -K and
+/// --become-password-file win over it).
+const BECOME_PASSWORD_ENV: &str = "SWIFTIDE_SSH_BECOME_PASSWORD";
+
 /// Run commands, copy files and start jobs on many hosts over SSH.
 ///
 /// Hosts come from node sets (-w), Ansible inventories (-i, -g), host files (--hosts-file)
@@ -48,10 +53,11 @@ const DEFAULT_JOB_RETENTION_DAYS: u64 = 7;
 /// Exit codes (the highest applicable wins): 0 every host succeeded; 1 a command (or job)
 /// exited nonzero or was killed by a signal; 2 usage error (bad flags, no hosts); 3 a command
 /// timed out or its connection broke under it (its effect is unknown); 4 a host could not
-/// run it (unreachable, authentication refused, other errors); 5 a host key was refused
-/// (unknown, changed or revoked: an operator must act); 6 hosts were skipped because a
-/// threshold or fail-fast stopped the rollout. With -S: the largest exit code of the remote
-/// commands instead (clush -S, pdsh -S).
+/// run it (unreachable, authentication refused, `become failed (<reason>)`: the escalation
+/// of --become failed and nothing ran, other errors); 5 a host key was refused (unknown,
+/// changed or revoked: an operator must act); 6 hosts were skipped because a threshold or
+/// fail-fast stopped the rollout. With -S: the largest exit code of the remote commands
+/// instead (clush -S, pdsh -S).
 #[derive(Debug, Parser)]
 #[command(name = "swiftide-ssh", version)]
 struct Cli {
@@ -170,6 +176,8 @@ struct FleetArgs {
     hosts: HostArgs,
     #[command(flatten)]
     connection: ConnectionArgs,
+    #[command(flatten)]
+    escalation: BecomeArgs,
     #[command(flatten)]
     rollout: RolloutArgs,
     #[command(flatten)]
@@ -294,6 +302,127 @@ struct OutputArgs {
     /// No progress bar, even on a terminal.
     #[arg(long)]
     no_progress: bool,
+}
+
+/// Privilege escalation, Ansible's "become": everything the subcommand does on a host (the
+/// command, the files pushed or pulled, the jobs) runs as another account there.
+///
+/// `--become` has no short flag: `-b` is `--fold`, as in clush (Ansible's `-b` is become).
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Privilege escalation (Ansible's become)")]
+struct BecomeArgs {
+    /// Run as another account on every host (root with sudo unless --become-user and
+    /// --become-method say otherwise): commands, pushed and pulled files, jobs. Jobs started
+    /// with it live in that account's state directory: ask their status, output or kill with
+    /// the same escalation. No short flag: -b is --fold (clush).
+    #[arg(long = "become")]
+    become_: bool,
+    /// The account to become; implies --become. [default: root]
+    #[arg(long, value_name = "USER")]
+    become_user: Option<String>,
+    /// The escalation tool; implies --become. [default: sudo]
+    #[arg(long, value_name = "METHOD", value_parser = method_parser())]
+    become_method: Option<BecomeMethod>,
+    /// Extra arguments for the tool, split on whitespace (Ansible's become_flags), e.g.
+    /// `--become-flags='-E'` or `--become-flags '-g wheel'`; implies --become.
+    #[arg(long, value_name = "FLAGS", allow_hyphen_values = true)]
+    become_flags: Option<String>,
+    /// Ask for the escalation password before the run, on the terminal (/dev/tty, not
+    /// standard input; nothing is echoed; an empty answer gives none). Needs --become (or
+    /// a --become-* flag that implies it).
+    #[arg(short = 'K', long, conflicts_with = "become_password_file")]
+    ask_become_pass: bool,
+    /// Read the escalation password from the first line of FILE (its newline stripped).
+    /// FILE must not be readable or writable by group or others (as ssh refuses such keys):
+    /// chmod 600 it. Needs --become (or a --become-* flag that implies it). Without -K or
+    /// this flag, the password comes from $SWIFTIDE_SSH_BECOME_PASSWORD if set (for bots;
+    /// processes of the same user can read it in /proc/PID/environ).
+    #[arg(long, value_name = "FILE")]
+    become_password_file: Option<PathBuf>,
+}
+
+impl BecomeArgs {
+    /// Whether these flags turn escalation on: `--become`, or a flag that says how.
+    fn wanted(&self) -> bool {
+        self.become_
+            || self.become_user.is_some()
+            || self.become_method.is_some()
+            || self.become_flags.is_some()
+    }
+
+    /// The escalation these flags describe, or `None`. Reads the password (asking for it on
+    /// the terminal with -K), so call it once, right before the run.
+    fn escalation(&self) -> Result<Option<Become>, Usage> {
+        if !self.wanted() {
+            // A password alone escalates nothing: say so rather than ignore it. (The
+            // variable may be set for every run, so it alone is no mistake.)
+            let given = if self.ask_become_pass {
+                Some("-K/--ask-become-pass")
+            } else if self.become_password_file.is_some() {
+                Some("--become-password-file")
+            } else {
+                None
+            };
+            return match given {
+                Some(flag) => Err(Usage(format!(
+                    "{flag} needs --become (or --become-user, --become-method, --become-flags); \
+                     -b is --fold here, as in clush"
+                ))),
+                None => Ok(None),
+            };
+        }
+        let mut escalation = Become::new(self.become_method.unwrap_or(BecomeMethod::Sudo))
+            .flags_from_text(self.become_flags.as_deref().unwrap_or_default());
+        if let Some(user) = &self.become_user {
+            escalation = escalation.user(user.clone());
+        }
+        if let Some(password) = self.password()? {
+            escalation = escalation.password(password);
+        }
+        Ok(Some(escalation))
+    }
+
+    /// The password: -K, else --become-password-file, else $SWIFTIDE_SSH_BECOME_PASSWORD;
+    /// none when empty. Never printed, logged or passed on as an argument.
+    fn password(&self) -> Result<Option<Secret>, Usage> {
+        let password = if self.ask_become_pass {
+            ask_password()?
+        } else if let Some(path) = &self.become_password_file {
+            return Secret::from_file(path)
+                .map(Some)
+                .map_err(|error| Usage(format!("--become-password-file {error}")));
+        } else {
+            match std::env::var(BECOME_PASSWORD_ENV) {
+                Ok(password) => password,
+                Err(std::env::VarError::NotPresent) => String::new(),
+                Err(std::env::VarError::NotUnicode(_)) => {
+                    return Err(Usage(format!("${BECOME_PASSWORD_ENV} is not UTF-8")));
+                }
+            }
+        };
+        Ok((!password.is_empty()).then(|| Secret::new(password)))
+    }
+}
+
+/// `--become-method`: the library's names, listed in the help and in errors.
+fn method_parser() -> impl clap::builder::TypedValueParser<Value = BecomeMethod> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(["sudo", "doas", "su"])
+        .try_map(|method| method.parse::<BecomeMethod>())
+}
+
+/// -K: the password typed on the controlling terminal, without echo. rpassword (rather than
+/// reading standard input) opens /dev/tty for both the prompt and the answer and turns echo
+/// off there, so a password never lands on a pipe or in a captured stdout/stderr, and
+/// standard input stays free; without a terminal (cron, CI, `setsid`) opening /dev/tty fails
+/// and this is a usage error, never a read of whatever stdin holds.
+fn ask_password() -> Result<String, Usage> {
+    rpassword::prompt_password("BECOME password: ").map_err(|error| {
+        Usage(format!(
+            "-K/--ask-become-pass needs a terminal to read the password from (/dev/tty: \
+             {error}); without one use --become-password-file FILE or ${BECOME_PASSWORD_ENV}"
+        ))
+    })
 }
 
 /// `--shard K/N`.
@@ -528,6 +657,10 @@ impl FleetArgs {
         }
         if let Some(percent) = rollout.max_fail_percentage {
             fleet = fleet.max_fail_percentage(percent);
+        }
+        // Last, after every usage error the hosts could give: -K asks on the terminal here.
+        if let Some(escalation) = self.escalation.escalation()? {
+            fleet = fleet.with_become(escalation)?;
         }
         Ok(fleet.fail_fast(rollout.fail_fast))
     }
@@ -947,6 +1080,66 @@ mod tests {
         );
         assert_eq!(split_destination("[::1]:2200"), (None, "::1", Some(2200)));
         assert_eq!(split_destination("fe80::1"), (None, "fe80::1", None));
+    }
+
+    #[test]
+    fn become_flags_parse_like_ansible() {
+        let parse = |args: &[&str]| {
+            let all = ["swiftide-ssh", "run", "-w", "web1"]
+                .into_iter()
+                .chain(args.iter().copied())
+                .chain(["true"]);
+            match Cli::try_parse_from(all) {
+                Ok(Cli {
+                    command: Command::Run { fleet, .. },
+                }) => Ok(fleet),
+                Ok(other) => unreachable!("{other:?}"),
+                Err(error) => Err(error.kind()),
+            }
+        };
+        // Nothing: no escalation; -b stays --fold.
+        let none = parse(&["-b"]).map_err(drop);
+        assert!(none.is_ok_and(|f| !f.escalation.wanted() && f.output.fold));
+        let escalation = parse(&["--become"])
+            .ok()
+            .and_then(|f| f.escalation.escalation().ok().flatten());
+        assert_eq!(
+            escalation
+                .as_ref()
+                .map(|e| (e.method(), e.target_user(), e.has_password())),
+            Some((BecomeMethod::Sudo, "root", false))
+        );
+        // --become-user, --become-method and --become-flags imply --become; the flags are
+        // split on whitespace, a leading `-` is no option of ours.
+        let escalation = parse(&[
+            "--become-method",
+            "doas",
+            "--become-user",
+            "postgres",
+            "--become-flags",
+            " -g  wheel ",
+        ])
+        .ok()
+        .and_then(|f| f.escalation.escalation().ok().flatten());
+        assert_eq!(
+            escalation
+                .as_ref()
+                .map(|e| (e.method(), e.target_user(), e.flags().to_vec())),
+            Some((
+                BecomeMethod::Doas,
+                "postgres",
+                vec!["-g".to_owned(), "wheel".to_owned()]
+            ))
+        );
+        assert!(parse(&["--become-flags=-E"]).is_ok_and(|f| f.escalation.wanted()));
+        // -K and a password file exclude each other; a password alone is a usage error.
+        assert_eq!(
+            parse(&["--become", "-K", "--become-password-file", "/f"]).map(drop),
+            Err(clap::error::ErrorKind::ArgumentConflict)
+        );
+        let alone = parse(&["--become-password-file", "/f"]).map_err(drop);
+        assert!(alone.is_ok_and(|f| f.escalation.escalation().is_err()));
+        assert!(parse(&["--become-method", "pkexec"]).is_err());
     }
 
     #[test]

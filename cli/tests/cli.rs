@@ -3,7 +3,10 @@
 //! sets and exclusions, live and folded output, JSON records, failed-hosts files read back,
 //! batches with a threshold that trips on an unreachable host, shards merged by `fold`,
 //! push and pull of a tree with odd names and modes, and jobs started and collected by id
-//! (and pruned past their retention by the start itself, before the program exits).
+//! (and pruned past their retention by the start itself, before the program exits), and
+//! privilege escalation (`--become`, `--become-user`, `--become-flags`, passwords from a
+//! file, the environment and the terminal) against testbeds whose login accounts have real
+//! sudo rules.
 
 use std::{
     os::unix::fs::PermissionsExt,
@@ -13,7 +16,7 @@ use std::{
 };
 
 use serde_json::Value;
-use swiftide_ssh_testbed::Testbed;
+use swiftide_ssh_testbed::{BECOME_PASSWORD, BECOME_TARGET_USER, Escalation, Testbed};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_swiftide-ssh");
 
@@ -73,11 +76,21 @@ impl Hosts {
 
     /// Runs the binary with `args` after the subcommand's words and `-F config`.
     fn run(&self, words: &[&str], args: &[&str]) -> Output {
+        self.run_env(words, args, &[])
+    }
+
+    /// [`run`](Self::run) with environment variables.
+    fn run_env(&self, words: &[&str], args: &[&str], envs: &[(&str, &str)]) -> Output {
+        run_env(&self.args(words, args), self.dir.path(), envs)
+    }
+
+    /// The subcommand's words, `-F config -t 5`, then `args`.
+    fn args(&self, words: &[&str], args: &[&str]) -> Vec<String> {
         let config = self.config.to_str().unwrap();
         let mut all: Vec<&str> = words.to_vec();
         all.extend(["-F", config, "-t", "5"]);
         all.extend(args);
-        run(&all, self.dir.path())
+        all.into_iter().map(str::to_owned).collect()
     }
 
     fn path(&self, name: &str) -> PathBuf {
@@ -87,10 +100,17 @@ impl Hosts {
 
 /// Runs the binary (stdin closed, HOME and the agent out of the way) and returns its output.
 fn run(args: &[&str], home: &Path) -> Output {
+    run_env(args, home, &[])
+}
+
+/// [`run`] with environment variables (and without an inherited become password).
+fn run_env<S: AsRef<std::ffi::OsStr>>(args: &[S], home: &Path, envs: &[(&str, &str)]) -> Output {
     Command::new(BINARY)
         .args(args)
         .env("HOME", home)
         .env_remove("SSH_AUTH_SOCK")
+        .env_remove("SWIFTIDE_SSH_BECOME_PASSWORD")
+        .envs(envs.iter().copied())
         .stdin(Stdio::null())
         .output()
         .unwrap()
@@ -141,18 +161,49 @@ fn usage_errors_exit_2() {
         "--json",
         "--failed-hosts <FILE>",
         "--accept-new",
+        "--become ",
+        "--become-user <USER>",
+        "--become-method <METHOD>",
+        "--become-flags <FLAGS>",
+        "-K, --ask-become-pass",
+        "--become-password-file <FILE>",
+        "SWIFTIDE_SSH_BECOME_PASSWORD",
     ] {
         assert!(
             run_help.contains(flag),
             "run --help lacks {flag}:\n{run_help}"
         );
     }
-    // No hosts, a bad node set, a bad shard, -g without an inventory.
+    // Every subcommand that runs on hosts escalates; fold does not.
+    for words in [
+        &["push"][..],
+        &["pull"],
+        &["job", "start"],
+        &["job", "status"],
+        &["job", "output"],
+        &["job", "kill"],
+    ] {
+        let help = text(&run(&[words, &["--help"]].concat(), home.path()).stdout);
+        for flag in ["--become ", "--become-user <USER>", "-K, --ask-become-pass"] {
+            assert!(
+                help.contains(flag),
+                "{words:?} --help lacks {flag}:\n{help}"
+            );
+        }
+    }
+    let fold_help = text(&run(&["fold", "--help"], home.path()).stdout);
+    assert!(!fold_help.contains("--become"), "{fold_help}");
+
+    // No hosts, a bad node set, a bad shard, -g without an inventory, a become method or
+    // user that does not exist, a password without --become.
     for args in [
         &["run", "true"][..],
         &["run", "-w", "web[1-", "true"],
         &["run", "-w", "a", "--shard", "2/2", "true"],
         &["run", "-g", "web", "true"],
+        &["run", "-w", "a", "--become-method", "pkexec", "true"],
+        &["run", "-w", "a", "--become-user", "a;b", "true"],
+        &["run", "-w", "a", "-l", "u", "-K", "true"],
     ] {
         let out = run(args, home.path());
         assert_eq!(
@@ -769,4 +820,383 @@ fn job_start_prunes_the_jobs_past_their_retention_before_it_exits() {
     for id in ["keeping", "thirty", "default"] {
         assert!(jobs.join(id).exists(), "{id} was pruned");
     }
+}
+
+fn escalation_testbed(escalation: Escalation) -> Testbed {
+    Testbed::builder()
+        .escalation(escalation)
+        .start()
+        .unwrap_or_else(|e| panic!("cannot start a testbed with {escalation:?}: {e}"))
+}
+
+/// The escalation password (right or wrong) shows in none of the program's output.
+fn assert_secret_kept(out: &Output, secrets: &[&str]) {
+    for secret in secrets {
+        for (stream, bytes) in [("stdout", &out.stdout), ("stderr", &out.stderr)] {
+            assert!(
+                !text(bytes).contains(secret),
+                "the password is in {stream}: {}",
+                text(bytes)
+            );
+        }
+    }
+}
+
+/// A password file only its owner may read, holding `password` and a newline.
+fn password_file(hosts: &Hosts, name: &str, password: &str) -> PathBuf {
+    let path = hosts.path(name);
+    std::fs::write(&path, format!("{password}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path
+}
+
+#[test]
+fn become_runs_commands_and_pushes_files_as_root_on_a_nopasswd_host() {
+    let bed = escalation_testbed(Escalation::SudoNoPassword);
+    let hosts = Hosts::new(&[("web1", &bed)], false);
+    // The login account is not root; --become is.
+    let out = hosts.run(&["run"], &["-w", "web1", "id", "-u"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_ne!(text(&out.stdout), "web1: 0\n");
+    let out = hosts.run(&["run"], &["-w", "web1", "--become", "id", "-u"]);
+    assert_eq!(text(&out.stdout), "web1: 0\n", "{}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0));
+    // --become-user implies --become; --become-flags is split into the tool's arguments
+    // (`sudo -g <group>`: root with the target's group).
+    let out = hosts.run(
+        &["run"],
+        &[
+            "-w",
+            "web1",
+            "--become-user",
+            BECOME_TARGET_USER,
+            "id",
+            "-un",
+        ],
+    );
+    assert_eq!(
+        text(&out.stdout),
+        format!("web1: {BECOME_TARGET_USER}\n"),
+        "{}",
+        text(&out.stderr)
+    );
+    let group_flags = format!("-g {BECOME_TARGET_USER}");
+    let out = hosts.run(
+        &["run"],
+        &[
+            "-w",
+            "web1",
+            "--become-flags",
+            &group_flags,
+            "echo $(id -un):$(id -gn)",
+        ],
+    );
+    assert_eq!(
+        text(&out.stdout),
+        format!("web1: root:{BECOME_TARGET_USER}\n"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // A directory only root may enter (the testbed shares this file system): the login
+    // account cannot push into it, --become can, and the copy is root's.
+    let local = tempfile::tempdir().unwrap();
+    let source = local.path().join("app.conf");
+    std::fs::write(&source, "listen 80\n").unwrap();
+    std::fs::set_permissions(&source, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let remote = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(remote.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let dest = remote.path().join("etc/app.conf");
+    let push = |extra: &[&str]| {
+        let args = [
+            &["-w", "web1", "--json"][..],
+            extra,
+            &[source.to_str().unwrap(), dest.to_str().unwrap()],
+        ]
+        .concat();
+        hosts.run(&["push"], &args)
+    };
+    let out = push(&[]);
+    assert_eq!(
+        status_of(&records(&out), "web1"),
+        "error",
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!dest.exists());
+    let out = push(&["--become"]);
+    let pushed = records(&out);
+    assert_eq!(
+        status_of(&pushed, "web1"),
+        "ok",
+        "{pushed:?} {}",
+        text(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(std::fs::read_to_string(&dest).unwrap(), "listen 80\n");
+    let metadata = std::fs::metadata(&dest).unwrap();
+    assert_eq!(
+        std::os::unix::fs::MetadataExt::uid(&metadata),
+        0,
+        "the copy is not root's"
+    );
+    assert_eq!(mode(&dest), 0o640);
+    // And pulled back the same way (the login account cannot read it).
+    let gathered = local.path().join("gathered");
+    let out = hosts.run(
+        &["pull"],
+        &[
+            "-w",
+            "web1",
+            "--become",
+            dest.to_str().unwrap(),
+            gathered.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        std::fs::read_to_string(gathered.join("web1/app.conf")).unwrap(),
+        "listen 80\n"
+    );
+
+    // A job started with --become runs as root, and is found with the same escalation.
+    let id = format!("cli-become-{}", std::process::id());
+    let out = hosts.run(
+        &["job", "start"],
+        &["-w", "web1", "--become", "--id", &id, "--", "id", "-u"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = hosts.run(
+            &["job", "status"],
+            &["-w", "web1", "--become", "--json", &id],
+        );
+        let states = records(&out);
+        if states.iter().all(|r| r["stdout"] != "running\n") {
+            assert_eq!(states[0]["stdout"], "exited 0\n", "{states:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "{states:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let out = hosts.run(&["job", "output"], &["-w", "web1", "--become", &id]);
+    assert_eq!(text(&out.stdout), "web1: 0\n", "{}", text(&out.stderr));
+    // Root's jobs are kept in root's home on this machine: remove this one.
+    let out = hosts.run(&["run"], &["-w", "web1", "--become", "echo $HOME"]);
+    if let Some(home) = text(&out.stdout).strip_prefix("web1: ") {
+        let job = Path::new(home.trim())
+            .join(".local/state/swiftide-ssh/jobs")
+            .join(&id);
+        let _ = std::fs::remove_dir_all(job);
+    }
+}
+
+#[test]
+fn become_passwords_from_a_file_or_the_environment_and_a_wrong_one() {
+    let bed = escalation_testbed(Escalation::SudoPassword);
+    let hosts = Hosts::new(&[("web1", &bed)], false);
+    let wrong = "not-the-password-0417";
+    let secrets = [BECOME_PASSWORD, wrong];
+
+    // The right password from a file (first line, newline stripped): root.
+    let right_file = password_file(&hosts, "right", BECOME_PASSWORD);
+    let right_arg = right_file.to_str().unwrap();
+    let out = hosts.run(
+        &["run"],
+        &[
+            "-w",
+            "web1",
+            "--become",
+            "--become-password-file",
+            right_arg,
+            "id",
+            "-u",
+        ],
+    );
+    assert_eq!(text(&out.stdout), "web1: 0\n", "{}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0));
+    assert_secret_kept(&out, &secrets);
+    // From the environment, for bots.
+    let out = hosts.run_env(
+        &["run"],
+        &["-w", "web1", "--become", "id", "-u"],
+        &[("SWIFTIDE_SSH_BECOME_PASSWORD", BECOME_PASSWORD)],
+    );
+    assert_eq!(text(&out.stdout), "web1: 0\n", "{}", text(&out.stderr));
+    assert_secret_kept(&out, &secrets);
+    // The file wins over the variable.
+    let wrong_file = password_file(&hosts, "wrong", wrong);
+    let wrong_arg = wrong_file.to_str().unwrap();
+    let out = hosts.run_env(
+        &["run"],
+        &[
+            "-w",
+            "web1",
+            "--become",
+            "--become-password-file",
+            right_arg,
+            "id",
+            "-u",
+        ],
+        &[("SWIFTIDE_SSH_BECOME_PASSWORD", wrong)],
+    );
+    assert_eq!(text(&out.stdout), "web1: 0\n", "{}", text(&out.stderr));
+    assert_secret_kept(&out, &secrets);
+
+    // A wrong password: `become failed (incorrect password)`, nothing ran, exit 4; live,
+    // folded and as a JSON record.
+    let wrong_run = |extra: &[&str]| {
+        let args = [
+            &[
+                "-w",
+                "web1",
+                "--become",
+                "--become-password-file",
+                wrong_arg,
+            ][..],
+            extra,
+            &["touch", "/ran-anyway"],
+        ]
+        .concat();
+        let out = hosts.run(&["run"], &args);
+        assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+        assert_secret_kept(&out, &secrets);
+        out
+    };
+    let out = wrong_run(&[]);
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("web1: become failed (incorrect password)"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("1 become failed of 1 hosts"), "{stderr}");
+    assert!(text(&out.stdout).is_empty(), "{}", text(&out.stdout));
+    let out = wrong_run(&["-b"]);
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("\nweb1 (1) become failed (incorrect password)\n"),
+        "{stdout}"
+    );
+    let out = wrong_run(&["--json"]);
+    let all = records(&out);
+    assert_eq!(all.len(), 1, "{all:?}");
+    assert_eq!(all[0]["status"], "become_failed", "{all:?}");
+    assert_eq!(all[0]["become_failure"], "incorrect_password", "{all:?}");
+    assert!(!Path::new("/ran-anyway").exists());
+
+    // No password at all where sudo wants one.
+    let out = hosts.run(&["run"], &["-w", "web1", "--become", "--json", "true"]);
+    let all = records(&out);
+    assert_eq!(all[0]["become_failure"], "password_required", "{all:?}");
+    assert_eq!(out.status.code(), Some(4));
+
+    // A password file others may read is refused before anything connects (exit 2).
+    std::fs::set_permissions(&right_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = hosts.run(
+        &["run"],
+        &[
+            "-w",
+            "web1",
+            "--become",
+            "--become-password-file",
+            right_arg,
+            "true",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("too open"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_secret_kept(&out, &secrets);
+}
+
+#[test]
+fn ask_become_pass_reads_the_terminal_without_echo_and_needs_one() {
+    let bed = escalation_testbed(Escalation::SudoPassword);
+    let hosts = Hosts::new(&[("web1", &bed)], false);
+
+    // No controlling terminal (setsid): a usage error, standard input is never read.
+    let args = hosts.args(&["run"], &["-w", "web1", "--become", "-K", "id", "-u"]);
+    let out = Command::new("setsid")
+        .arg("-w")
+        .arg(BINARY)
+        .args(&args)
+        .env("HOME", hosts.dir.path())
+        .env_remove("SSH_AUTH_SOCK")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("needs a terminal"), "{stderr}");
+
+    // On a terminal (script(1) gives the program a pseudo-terminal): the password typed
+    // after the prompt is not echoed, and the command runs as root.
+    let quoted: Vec<String> = std::iter::once(BINARY.to_owned())
+        .chain(args)
+        .map(|word| format!("'{}'", word.replace('\'', r"'\''")))
+        .collect();
+    let mut child = Command::new("script")
+        .args(["-q", "-f", "-e", "-c", &quoted.join(" "), "/dev/null"])
+        .env("HOME", hosts.dir.path())
+        .env_remove("SSH_AUTH_SOCK")
+        .env_remove("SWIFTIDE_SSH_BECOME_PASSWORD")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let (sender, receiver) = std::sync::mpsc::channel::<Vec<u8>>();
+    let reader = std::thread::spawn(move || {
+        let mut buffer = [0u8; 4096];
+        loop {
+            match std::io::Read::read(&mut stdout, &mut buffer) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if sender.send(buffer[..n].to_vec()).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !text(&seen).contains("BECOME password: ") {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match receiver.recv_timeout(left) {
+            Ok(bytes) => seen.extend(bytes),
+            Err(_) => panic!("no prompt on the terminal: {}", text(&seen)),
+        }
+    }
+    let mut stdin = child.stdin.take().unwrap();
+    std::io::Write::write_all(&mut stdin, format!("{BECOME_PASSWORD}\n").as_bytes()).unwrap();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the run did not end: {}",
+            text(&seen)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    drop(stdin);
+    reader.join().unwrap();
+    seen.extend(receiver.try_iter().flatten());
+    let screen = text(&seen);
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(screen.contains("web1: 0\r\n"), "{screen}{stderr}");
+    assert_eq!(status.code(), Some(0), "{screen}{stderr}");
+    assert!(
+        !screen.contains(BECOME_PASSWORD),
+        "the password was echoed: {screen}"
+    );
+    assert!(!stderr.contains(BECOME_PASSWORD), "{stderr}");
 }

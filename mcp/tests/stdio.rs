@@ -1,7 +1,9 @@
 //! The `swiftide-ssh-mcp` binary against a real sshd: its generated command line (`--help`,
 //! `--version`, usage errors, settings from `SWIFTIDE_SSH_*` variables), rmcp's client over
 //! its stdio (rmcp's child-process transport), and the Python `mcp` SDK as an independent
-//! client. The server's tools are tested in-process in the library's tests/mcp.rs.
+//! client, and privilege escalation set by the operator's flags (`--become`, a password from
+//! a file or a variable) on testbeds whose login accounts have real sudo rules. The server's
+//! tools are tested in-process in the library's tests/mcp.rs.
 
 #[path = "../../tests/common/mcp_client.rs"]
 mod mcp_client;
@@ -16,7 +18,7 @@ use std::{
 
 use rmcp::{ServiceExt, model::CallToolRequestParams, transport::TokioChildProcess};
 use serde_json::{Value, json};
-use swiftide_ssh_testbed::Testbed;
+use swiftide_ssh_testbed::{BECOME_PASSWORD, Escalation, Testbed};
 
 use mcp_client::{Recorder, args, call, is_error, text};
 use processes::{remote_processes, token, wait_until_gone};
@@ -70,6 +72,18 @@ fn help_and_version_are_generated_and_name_every_flag_and_variable() {
             "SWIFTIDE_SSH_JOB_RETENTION_DAYS",
         ),
         ("--log-level <LEVEL>", "SWIFTIDE_SSH_LOG_LEVEL"),
+        ("--become", "SWIFTIDE_SSH_BECOME"),
+        ("--become-user <USER>", "SWIFTIDE_SSH_BECOME_USER"),
+        ("--become-method <METHOD>", "SWIFTIDE_SSH_BECOME_METHOD"),
+        ("--become-flags <FLAGS>", "SWIFTIDE_SSH_BECOME_FLAGS"),
+        (
+            "--become-password-file <FILE>",
+            "SWIFTIDE_SSH_BECOME_PASSWORD_FILE",
+        ),
+        (
+            "--become-password-env <VAR>",
+            "SWIFTIDE_SSH_BECOME_PASSWORD_ENV",
+        ),
     ] {
         assert!(help.contains(flag), "--help lacks {flag}:\n{help}");
         assert!(
@@ -117,6 +131,39 @@ fn bad_command_lines_exit_2_with_a_message() {
             &["--host", "a"],
             &[("SWIFTIDE_SSH_TIMEOUT", "soon")],
             "--timeout",
+        ),
+        (
+            &["--host", "a", "--become-method", "pkexec"],
+            &[],
+            "--become-method",
+        ),
+        (
+            &["--host", "a", "--become-password-file", "/p"],
+            &[],
+            "needs --become",
+        ),
+        (
+            &["--host", "a"],
+            &[("SWIFTIDE_SSH_BECOME_PASSWORD_ENV", "P")],
+            "needs --become",
+        ),
+        (
+            &["--host", "a", "--become-user", "postgres"],
+            &[("SWIFTIDE_SSH_BECOME", "false")],
+            "SWIFTIDE_SSH_BECOME is false",
+        ),
+        (
+            &[
+                "--host",
+                "a",
+                "--become",
+                "--become-password-file",
+                "/p",
+                "--become-password-env",
+                "P",
+            ],
+            &[],
+            "--become-password-env",
         ),
     ] {
         let out = run(args, envs);
@@ -273,6 +320,173 @@ async fn the_binary_serves_rmcp_over_stdio() {
     assert!(output.ends_with("cursor: stdout=9,stderr=0"), "{output}");
     client.cancel().await.unwrap();
     remove_job(&tb, &job).await;
+}
+
+/// Starts the binary for `tb` with `flags` and `envs` (stderr captured, every log line on)
+/// and returns the client and the server's stderr.
+async fn serve_binary(
+    tb: &Testbed,
+    root: &Path,
+    flags: &[&str],
+    envs: &[(&str, &str)],
+) -> (mcp_client::Client, tokio::process::ChildStderr) {
+    let mut command = tokio::process::Command::new(BINARY);
+    command
+        .args(binary_args(tb, root))
+        .args(["--log-level", "trace"])
+        .args(flags)
+        .envs(envs.iter().copied());
+    let (transport, stderr) = TokioChildProcess::builder(command)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let client = Recorder::default()
+        .serve(transport)
+        .await
+        .expect("handshake with the binary");
+    (client, stderr.unwrap())
+}
+
+/// Closes the client and returns what the server wrote on stderr.
+async fn close(client: mcp_client::Client, mut stderr: tokio::process::ChildStderr) -> String {
+    client.cancel().await.unwrap();
+    let mut text = String::new();
+    let read = tokio::io::AsyncReadExt::read_to_string(&mut stderr, &mut text);
+    tokio::time::timeout(Duration::from_secs(10), read)
+        .await
+        .expect("the server did not exit")
+        .unwrap();
+    text
+}
+
+/// A directory only root may enter, for the server's --root.
+fn root_only_dir(tb: &Testbed) -> (tempfile::TempDir, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir_in(tb.scratch_dir()).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    (dir, root)
+}
+
+/// `--become`, chosen by the operator: every tool (commands, the file tools under a --root
+/// that only root may enter) runs as root, and no tool's schema offers a say in it.
+#[tokio::test]
+async fn become_runs_every_tool_as_root_on_a_nopasswd_host() {
+    let tb = Testbed::builder()
+        .escalation(Escalation::SudoNoPassword)
+        .start()
+        .unwrap_or_else(|e| panic!("cannot start the sudo testbed: {e}"));
+    let (_dir, root) = root_only_dir(&tb);
+    let (client, stderr) = serve_binary(&tb, &root, &["--become"], &[]).await;
+    let tools = client.list_all_tools().await.unwrap();
+    for tool in &tools {
+        let schema = serde_json::to_string(&tool.input_schema).unwrap();
+        for word in ["become", "sudo", "password"] {
+            assert!(!schema.contains(word), "{}: {schema}", tool.name);
+        }
+    }
+    let ran = call(&client, "run_command", json!({"command": "id -u"})).await;
+    assert_eq!(text(&ran), "0\n[exit code 0]", "{ran:?}");
+    let wrote = call(
+        &client,
+        "write_file",
+        json!({"path": "owned.txt", "content": "root's"}),
+    )
+    .await;
+    assert!(!is_error(&wrote), "{wrote:?}");
+    let owner = call(
+        &client,
+        "run_command",
+        json!({"command": "stat -c %u owned.txt"}),
+    )
+    .await;
+    assert_eq!(text(&owner), "0\n[exit code 0]", "{owner:?}");
+    let read = call(&client, "read_file", json!({"path": "owned.txt"})).await;
+    assert_eq!(text(&read), "root's", "{read:?}");
+    let log = close(client, stderr).await;
+    assert!(log.contains("privilege escalation"), "{log}");
+
+    // Without --become the same login account may not even enter the root.
+    let (client, stderr) = serve_binary(&tb, &root, &[], &[]).await;
+    let ran = call(&client, "run_command", json!({"command": "id -u"})).await;
+    assert_ne!(text(&ran), "0\n[exit code 0]", "{ran:?}");
+    let read = call(&client, "read_file", json!({"path": "owned.txt"})).await;
+    assert!(is_error(&read), "{read:?}");
+    close(client, stderr).await;
+}
+
+/// Passwords from `--become-password-env` and `--become-password-file` (settings from
+/// variables, as MCP hosts pass them): root; a wrong one is a tool error saying so. The
+/// password shows in no result and no log line, even at `trace`.
+#[tokio::test]
+async fn become_passwords_from_a_variable_or_a_file_and_a_wrong_one() {
+    use std::os::unix::fs::PermissionsExt;
+    let tb = Testbed::builder()
+        .escalation(Escalation::SudoPassword)
+        .start()
+        .unwrap_or_else(|e| panic!("cannot start the sudo testbed: {e}"));
+    let (_dir, root) = root_only_dir(&tb);
+    let wrong = "not-the-password-0417";
+    let (client, stderr) = serve_binary(
+        &tb,
+        &root,
+        &[],
+        &[
+            ("SWIFTIDE_SSH_BECOME", "true"),
+            ("SWIFTIDE_SSH_BECOME_PASSWORD_ENV", "OPS_BECOME_PASSWORD"),
+            ("OPS_BECOME_PASSWORD", BECOME_PASSWORD),
+        ],
+    )
+    .await;
+    let ran = call(&client, "run_command", json!({"command": "id -u"})).await;
+    assert_eq!(text(&ran), "0\n[exit code 0]", "{ran:?}");
+    let log = close(client, stderr).await;
+    assert!(!log.contains(BECOME_PASSWORD), "{log}");
+
+    let secrets = tempfile::tempdir().unwrap();
+    let file = secrets.path().join("become");
+    std::fs::write(&file, format!("{wrong}\n")).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let file_arg = file.to_str().unwrap();
+    let (client, stderr) = serve_binary(
+        &tb,
+        &root,
+        &["--become-user", "root", "--become-password-file", file_arg],
+        &[],
+    )
+    .await;
+    let ran = call(&client, "run_command", json!({"command": "id -u"})).await;
+    assert!(is_error(&ran), "{ran:?}");
+    assert!(text(&ran).contains("incorrect password"), "{ran:?}");
+    assert!(!text(&ran).contains(wrong), "{ran:?}");
+    let log = close(client, stderr).await;
+    assert!(!log.contains(wrong), "{log}");
+
+    std::fs::write(&file, format!("{BECOME_PASSWORD}\n")).unwrap();
+    let (client, stderr) = serve_binary(
+        &tb,
+        &root,
+        &["--become", "--become-password-file", file_arg],
+        &[],
+    )
+    .await;
+    let ran = call(&client, "run_command", json!({"command": "id -u"})).await;
+    assert_eq!(text(&ran), "0\n[exit code 0]", "{ran:?}");
+    let log = close(client, stderr).await;
+    assert!(!log.contains(BECOME_PASSWORD), "{log}");
+
+    // A file others may read is refused at the start (exit 1, as a failure to serve).
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let args: Vec<String> = binary_args(&tb, &root);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run(
+        &[&args[..], &["--become", "--become-password-file", file_arg]].concat(),
+        &[],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("too open"), "{stderr}");
+    assert!(!stderr.contains(BECOME_PASSWORD), "{stderr}");
 }
 
 /// Removes a finished job the test started (jobs live in the account's state directory).

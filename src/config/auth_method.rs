@@ -19,6 +19,49 @@ impl Secret {
     pub(crate) fn expose(&self) -> &str {
         &self.0
     }
+
+    /// The secret on the first line of `path` (its `\n` or `\r\n` stripped), for passwords
+    /// kept in files (a bot's become password, say). Refused, as ssh refuses such private
+    /// keys, when group or others may read or write the file.
+    ///
+    /// # Errors
+    /// [`Error::LocalFile`](crate::Error::LocalFile) when it cannot be read;
+    /// [`Error::Config`](crate::Error::Config) when its permissions are too open or its first
+    /// line is empty (the messages name the file, never its content).
+    pub fn from_file(path: &std::path::Path) -> crate::error::Result<Self> {
+        let cannot = |source| crate::error::Error::LocalFile {
+            operation: "read",
+            path: path.to_path_buf(),
+            source,
+        };
+        let metadata = std::fs::metadata(path).map_err(cannot)?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = metadata.permissions().mode() & 0o7777;
+            if mode & 0o077 != 0 {
+                return Err(crate::error::Error::Config {
+                    reason: format!(
+                        "{}: permissions {mode:04o} are too open for a secret (group or others \
+                         may read or write it); `chmod 600 {}`",
+                        path.display(),
+                        path.display()
+                    ),
+                });
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = metadata;
+        let text = std::fs::read_to_string(path).map_err(cannot)?;
+        let line = text.split('\n').next().unwrap_or_default();
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        if line.is_empty() {
+            return Err(crate::error::Error::Config {
+                reason: format!("{}: the first line is empty", path.display()),
+            });
+        }
+        Ok(Secret::new(line))
+    }
 }
 
 impl fmt::Debug for Secret {
@@ -120,4 +163,29 @@ pub(crate) fn expand_home(path: &std::path::Path) -> PathBuf {
         return PathBuf::from(home).join(rest);
     }
     path.to_path_buf()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Secret;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_secret_file_gives_its_first_line_and_must_be_private() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("password");
+        std::fs::write(&path, "hunter2\r\nsecond line\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(Secret::from_file(&path).unwrap().expose(), "hunter2");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let error = Secret::from_file(&path).unwrap_err().to_string();
+        assert!(
+            error.contains("0640") && !error.contains("hunter2"),
+            "{error}"
+        );
+        std::fs::write(&path, "\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o400)).unwrap();
+        assert!(Secret::from_file(&path).is_err());
+        assert!(Secret::from_file(&dir.path().join("missing")).is_err());
+    }
 }

@@ -186,6 +186,13 @@ impl Become {
         self
     }
 
+    /// Adds each whitespace-separated word of `flags` as one [`flag`](Self::flag): Ansible's
+    /// `become_flags` string (`"-E -g wheel"`).
+    #[must_use]
+    pub fn flags_from_text(self, flags: &str) -> Self {
+        flags.split_whitespace().fold(self, Self::flag)
+    }
+
     /// The password the tool's prompt gets. Defaults to none: sudo and doas then run with
     /// `-n` and fail at once where a password is needed, and su fails at its prompt. It must
     /// not contain a newline or NUL.
@@ -340,6 +347,10 @@ mod tests {
             assert!(Become::sudo().flag(flag).validate().is_err(), "{flag:?}");
         }
         assert!(Become::sudo().flag("--preserve-env=A,B").validate().is_ok());
+        assert_eq!(
+            Become::sudo().flags_from_text(" -E  -g wheel ").flags(),
+            ["-E", "-g", "wheel"]
+        );
         assert!(Become::su().exe("/bin/su").validate().is_ok());
         for exe in ["", "-x", "/bin/s u", "/bin/'su"] {
             assert!(Become::su().exe(exe).validate().is_err(), "{exe:?}");

@@ -24,11 +24,13 @@ pub struct FoldedGroup {
 
 /// Folds records (of one run, or of several shards' runs) into groups. Two hosts fold
 /// together when their status, exit code or signal and the digests of both streams are
-/// equal; hosts that ran nothing (unreachable, refused, skipped, ...) fold by status alone.
+/// equal; hosts that ran nothing (unreachable, refused, skipped, ...) fold by status alone
+/// (and a failed escalation by its reason).
 /// Groups come largest first, then in the order of their first host.
 pub fn fold_records(records: &[HostRecord]) -> Vec<FoldedGroup> {
     type Key<'a> = (
         &'a str,
+        Option<&'a str>,
         Option<u32>,
         Option<&'a str>,
         Option<&'a str>,
@@ -41,6 +43,7 @@ pub fn fold_records(records: &[HostRecord]) -> Vec<FoldedGroup> {
     for record in sorted {
         let key = (
             record.status.as_str(),
+            record.become_failure.as_deref(),
             record.exit_code,
             record.signal.as_deref(),
             record.stdout_sha256.as_deref(),
@@ -153,5 +156,32 @@ mod tests {
             "------------------\nweb[01-18] (18) ok\n------------------\n6.1.0\n"
         );
         assert_eq!(groups[1].to_string().lines().count(), 3);
+    }
+
+    #[test]
+    fn failed_escalations_fold_by_their_reason() {
+        let failed = |member: usize, host: &str, reason: &str| HostRecord {
+            become_failure: Some(reason.into()),
+            ..record(member, host, "become_failed", None)
+        };
+        let groups = fold_records(&[
+            failed(1, "web1", "incorrect_password"),
+            failed(2, "web2", "not_allowed"),
+            failed(3, "web3", "incorrect_password"),
+        ]);
+        let headers: Vec<(String, String)> = groups
+            .iter()
+            .map(|group| (group.nodeset.clone(), group.status.clone()))
+            .collect();
+        assert_eq!(
+            headers,
+            [
+                (
+                    "web[1,3]".into(),
+                    "become failed (incorrect password)".into()
+                ),
+                ("web2".into(), "become failed (not allowed)".into()),
+            ]
+        );
     }
 }
