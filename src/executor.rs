@@ -9,7 +9,9 @@ use std::{
 use tracing::Instrument;
 
 use crate::{
-    command::{self, Exchange, ExecRequest, Execution, OutputSink, Program, Supervision},
+    command::{
+        self, Escalated, Exchange, ExecRequest, Execution, OutputSink, Program, Supervision,
+    },
     config::{Become, Config},
     error::{Error, Result},
     pool::{Pool, PoolStats},
@@ -32,7 +34,7 @@ use crate::{
 pub struct SshExecutor {
     pub(crate) inner: Arc<Pool>,
     /// The escalation of this handle's commands, files and jobs.
-    pub(crate) escalation: Option<Arc<Become>>,
+    pub(crate) escalation: Option<Arc<Escalated>>,
 }
 
 impl std::fmt::Debug for SshExecutor {
@@ -75,7 +77,10 @@ impl ExecOptions {
 
 impl SshExecutor {
     pub(crate) fn from_config(config: Config) -> Result<Self> {
-        let escalation = config.escalation.clone().map(Arc::new);
+        let escalation = config
+            .escalation
+            .clone()
+            .map(|settings| Arc::new(Escalated::new(settings, Supervision::of(&config))));
         Ok(SshExecutor {
             inner: Arc::new(Pool::new(config)?),
             escalation,
@@ -92,9 +97,10 @@ impl SshExecutor {
     /// password with a newline.
     pub fn with_become(&self, escalation: Become) -> Result<SshExecutor> {
         escalation.validate()?;
+        let supervision = Supervision::of(&self.inner.config);
         Ok(SshExecutor {
             inner: self.inner.clone(),
-            escalation: Some(Arc::new(escalation)),
+            escalation: Some(Arc::new(Escalated::new(escalation, supervision))),
         })
     }
 
@@ -108,12 +114,14 @@ impl SshExecutor {
 
     /// The escalation this handle uses, if any.
     pub fn escalation(&self) -> Option<&Become> {
-        self.escalation.as_deref()
+        self.escalation
+            .as_deref()
+            .map(|escalated| &*escalated.settings)
     }
 
     /// A fresh exchange with the escalation tool for one exec request (a new random prompt).
     pub(crate) fn exchange(&self) -> Option<Exchange> {
-        self.escalation.clone().map(Exchange::new)
+        self.escalation.as_deref().map(Exchange::new)
     }
 
     /// Opens a connection now unless one exists.
@@ -224,6 +232,32 @@ impl SshExecutor {
             })
             .flatten()
             .map(|direct| (direct.request, direct.stdin.into(), direct.controlled));
+        // A spare pre-escalated for this escalation runs as the target already: it gets the
+        // payload of the unescalated request.
+        let pre_escalated = match exchange
+            .as_ref()
+            .filter(|exchange| exchange.spares.is_some())
+        {
+            Some(_) => {
+                let plain = command::wrapper(
+                    &program,
+                    dir.as_deref(),
+                    &config.env,
+                    &marker,
+                    supervision,
+                    None,
+                )?;
+                Some(command::prestart_payload(
+                    Some(&program),
+                    dir.as_deref(),
+                    &config.env,
+                    &marker,
+                    supervision,
+                    &plain,
+                ))
+            }
+            None => None,
+        };
         let prestarted = command::prestart_payload(
             exchange.is_none().then_some(&program),
             dir.as_deref(),
@@ -239,6 +273,7 @@ impl SshExecutor {
             controlled: wrapped.controlled,
             direct,
             prestarted,
+            pre_escalated,
             escalation: exchange,
         };
         let timeout = self.resolve_timeout(options.timeout);

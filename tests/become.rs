@@ -96,6 +96,9 @@ async fn nopasswd_sudo_runs_commands_as_root_exactly_as_they_run_unescalated() {
         );
         assert_eq!(run.stderr(), b"to-stderr\n", "round {round}");
     }
+    // The later rounds found a shell the tool had started ahead of them.
+    let stats = root.pool_stats();
+    assert!(stats.escalated_spares_used >= 1, "{stats:?}");
     // The unescalated handle on the same pool is still the login user.
     let me = executor.run("id -un").await.unwrap();
     assert_eq!(String::from_utf8_lossy(&me.stdout()).trim(), tb.user());
@@ -874,4 +877,131 @@ async fn the_busybox_dropbear_image_escalates_with_su() {
         .unwrap();
     let (reason, message) = become_failure(wrong.run("true").await);
     assert_eq!(reason, BecomeFailure::IncorrectPassword, "{message}");
+}
+
+/// The differential table (LocalExecutor run by root here, the executor escalated to root
+/// there): every case gives the same result, with commands on pre-escalated spares (sudo
+/// without a password: the direct form's text to a waiting root shell) and through sudo's
+/// prompt (a password: the whole escalated request to the waiting login shell).
+#[tokio::test]
+async fn escalated_commands_give_exactly_what_local_executor_gives_as_root() {
+    use common::differential::{self, cases, seed};
+    for (escalation, become_root) in [
+        (Escalation::SudoNoPassword, Become::sudo()),
+        (Escalation::SudoPassword, sudo_with_password()),
+    ] {
+        let tb = escalation_testbed(escalation);
+        let dir = tempfile::Builder::new()
+            .prefix("swiftide-become-diff-")
+            .tempdir()
+            .unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        seed(&dir);
+        for envs in [&differential::ENVS, &differential::ONE_LINE_ENVS] {
+            let (local, remote) = differential::executors_with(&dir, common::builder(&tb), envs);
+            let remote = remote
+                .with_become(become_root.clone())
+                .build()
+                .await
+                .unwrap();
+            let cases = cases(&dir);
+            let mismatches = differential::compare(&local, &remote, &cases).await;
+            assert!(
+                mismatches.is_empty(),
+                "{escalation:?}: {} of {} cases differ from LocalExecutor:\n{}",
+                mismatches.len(),
+                cases.len(),
+                mismatches.join("\n")
+            );
+            let stats = remote.pool_stats();
+            if escalation == Escalation::SudoNoPassword {
+                assert!(stats.escalated_spares_used > 0, "{stats:?}");
+            } else {
+                assert_eq!(stats.escalated_spares_used, 0, "{stats:?}");
+            }
+        }
+    }
+}
+
+/// Set in the environment of the child process of
+/// [`a_root_job_is_reattached_from_a_new_process_after_its_client_was_killed`].
+const BECOME_CHILD_ENV: &str = "SWIFTIDE_BECOME_TEST_CHILD";
+
+#[tokio::test]
+async fn a_root_job_is_reattached_from_a_new_process_after_its_client_was_killed() {
+    if let Ok(spec) = std::env::var(BECOME_CHILD_ENV) {
+        // The child: start the job as root, say so, and wait to be killed.
+        let [host, port, user, key, known_hosts, id] = spec.split('\u{1f}').collect::<Vec<_>>()[..]
+        else {
+            panic!("bad child spec {spec:?}");
+        };
+        let executor = SshExecutor::builder()
+            .host(host)
+            .port(port.parse().unwrap())
+            .user(user)
+            .private_key_file(key)
+            .known_hosts_file(known_hosts)
+            .with_become(sudo_with_password())
+            .build()
+            .await
+            .unwrap();
+        executor
+            .spawn_job(
+                "id -u; i=0; while [ $i -lt 50 ]; do echo line $i; i=$((i+1)); sleep 0.02; done; exit 7",
+                JobOptions::new().id(id),
+            )
+            .await
+            .unwrap();
+        println!("JOB-SPAWNED");
+        tokio::time::sleep(Duration::from_secs(300)).await;
+        return;
+    }
+    let tb = escalation_testbed(Escalation::SudoPassword);
+    let id = format!("become-reattach-{}", token());
+    let spec = [
+        tb.host(),
+        tb.port().to_string(),
+        tb.user().to_owned(),
+        tb.private_key_path().display().to_string(),
+        tb.known_hosts_path().display().to_string(),
+        id.clone(),
+    ]
+    .join("\u{1f}");
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_root_job_is_reattached_from_a_new_process_after_its_client_was_killed",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(BECOME_CHILD_ENV, spec)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+        assert!(n > 0, "the child ended before it started the job");
+        if line.contains("JOB-SPAWNED") {
+            break;
+        }
+    }
+    child.kill().unwrap(); // SIGKILL: no destructor, no goodbye
+    child.wait().unwrap();
+
+    let root = login(&tb).await.with_become(sudo_with_password()).unwrap();
+    let job = root.job(&id).await.unwrap();
+    assert_eq!(
+        job.wait(Duration::from_secs(30)).await.unwrap(),
+        JobStatus::Exited(ExitStatus::Code(7))
+    );
+    let out = job.read(JobStream::Stdout, 0, 1 << 20).await.unwrap();
+    let expected: String = std::iter::once("0\n".to_owned())
+        .chain((0..50).map(|i| format!("line {i}\n")))
+        .collect();
+    assert_eq!(String::from_utf8_lossy(&out.bytes), expected);
+    job.remove().await.unwrap();
 }

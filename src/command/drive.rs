@@ -35,7 +35,9 @@ use crate::{
     },
     config::{Config, limit},
     error::{BecomeFailure, Error, Phase, Result},
-    pool::{self, ChannelCount, Counters, Pool, PooledSlot, Running, Session},
+    pool::{
+        self, ChannelCount, Counters, Pool, PooledSlot, Running, Session, SpareKind, SparePlan,
+    },
 };
 
 /// A fully prepared command.
@@ -62,6 +64,54 @@ pub(crate) struct ExecRequest {
     /// The request runs an escalation tool first (see `command::escalation`): its words
     /// before the marker are not the command's, and its prompt may want the password.
     pub(crate) escalation: Option<Exchange>,
+    /// What a spare pre-escalated for this escalation gets on stdin (its shell runs as the
+    /// target already, so the payload is the unescalated one's); `None` when the escalation
+    /// does not pre-escalate spares.
+    pub(crate) pre_escalated: Option<crate::command::PrestartPayload>,
+}
+
+impl ExecRequest {
+    /// The request for one of the executor's own scripts (file fallbacks, `stream_files`'
+    /// `find`, the jobs' scripts, an escalated kill): `script` with `data` on stdin, escalated
+    /// by `exchange` (see [`script_request`](crate::command::script_request)).
+    pub(crate) fn script(
+        config: &Config,
+        script: &[u8],
+        data: &[u8],
+        exchange: Option<Exchange>,
+    ) -> Result<Self> {
+        let marker = crate::command::marker_prefix(rand::random());
+        let escalation = exchange.as_ref().map(Exchange::escalation);
+        let wrapped = crate::command::script_request(&marker, script, data, escalation.as_ref())?;
+        let supervision = crate::command::Supervision::of(config);
+        // On a pre-started spare: the universal form (`U`, or `E` escalated), whose stdin
+        // carries the data; on a pre-escalated one, the unescalated script's.
+        let spare_payload = |wrapped: &crate::command::wrapper::Wrapped| {
+            crate::command::prestart_payload(None, None, &config.env, &marker, supervision, wrapped)
+        };
+        let prestarted = spare_payload(&wrapped);
+        let pre_escalated = match exchange
+            .as_ref()
+            .filter(|exchange| exchange.spares.is_some())
+        {
+            Some(_) => Some(spare_payload(&crate::command::script_request(
+                &marker, script, data, None,
+            )?)),
+            None => None,
+        };
+        Ok(ExecRequest {
+            wrapper: wrapped.request,
+            stdin: wrapped.stdin.into(),
+            marker,
+            controlled: wrapped.controlled,
+            // Their stdin carries data, which the direct form's line reading would not leave
+            // alone; they run rarely enough for the universal form.
+            direct: None,
+            prestarted,
+            escalation: exchange,
+            pre_escalated,
+        })
+    }
 }
 
 enum Event {
@@ -335,16 +385,29 @@ async fn drive_once(
 ) -> Attempt {
     let config = &inner.config;
     // Waiting for a slot is abortable: nothing has been sent yet.
-    let (mut slot, mut channel, _open, _running, prestarted) =
-        match acquire_channel(inner, kill).await {
-            Ok(Acquired::Channel(slot, channel, count, running, prestarted)) => {
-                (slot, channel, count, running, prestarted)
+    let wanted = request
+        .escalation
+        .as_ref()
+        .and_then(|exchange| exchange.spares.as_ref());
+    let (mut slot, mut channel, _open, _running, kind) =
+        match acquire_channel(inner, kill, wanted).await {
+            Ok(Acquired::Channel(slot, channel, count, running, kind)) => {
+                (slot, channel, count, running, kind)
             }
             Ok(Acquired::Killed) => return Attempt::Done(Ok(ExitStatus::Unknown)),
             Ok(Acquired::Retry(error)) => return Attempt::NotSent(error),
             Err(error) => return Attempt::Done(Err(error)),
         };
-    tracing::trace!(session = slot.session.id, "channel open");
+    tracing::trace!(session = slot.session.id, ?kind, "channel open");
+    let prestarted = kind.prestarted();
+    // What a pre-started shell gets: a pre-escalated one runs as the target already.
+    let spare_payload = match kind {
+        SpareKind::Escalated(_) => request
+            .pre_escalated
+            .as_ref()
+            .unwrap_or(&request.prestarted),
+        SpareKind::Login | SpareKind::Plain => &request.prestarted,
+    };
     if !matches!(kill.try_recv(), Err(oneshot::error::TryRecvError::Empty)) || !gate.claim() {
         // Timed out or cancelled while the channel was opening: nothing has run.
         pool::give_back(channel, prestarted, config.connect_timeout).await;
@@ -359,11 +422,7 @@ async fn drive_once(
         .filter(|_| !prestarted && slot.session.direct_bootstrap() == Some(true));
     let (exec_text, stdin, controlled) = match direct {
         Some((text, stdin, controlled)) => (Some(text), stdin, *controlled),
-        None if prestarted => (
-            None,
-            &request.prestarted.stdin,
-            request.prestarted.controlled,
-        ),
+        None if prestarted => (None, &spare_payload.stdin, spare_payload.controlled),
         None => (Some(&request.wrapper), &request.stdin, request.controlled),
     };
     let exec = match exec_text {
@@ -381,7 +440,7 @@ async fn drive_once(
             source,
         });
     }
-    if direct.is_some() || (prestarted && request.prestarted.direct) {
+    if direct.is_some() || (prestarted && spare_payload.direct) {
         inner
             .registry
             .counters
@@ -406,7 +465,7 @@ async fn drive_once(
     let stdin_waits = escalation.is_some_and(Exchange::payload_waits);
     let mut stdin_started = !stdin_waits;
     let held_stdin = if stdin_waits && prestarted {
-        let head = request.prestarted.head.min(stdin.len());
+        let head = spare_payload.head.min(stdin.len());
         let _ = channel.data(&stdin[..head]).await;
         stdin.slice(head..)
     } else {
@@ -818,13 +877,14 @@ impl PayloadWriter {
 /// What a command attempt ended with before its exec request could reach the server.
 enum Acquired {
     /// A slot and an open channel (with its count), the command running on its connection.
-    /// The last field: a pre-started spare (see [`ExecRequest::prestarted`]).
+    /// The last field: what the channel already runs (a pre-started spare: see
+    /// [`ExecRequest::prestarted`] and [`ExecRequest::pre_escalated`]).
     Channel(
         PooledSlot,
         russh::Channel<russh::client::Msg>,
         ChannelCount,
         Running,
-        bool,
+        SpareKind,
     ),
     /// Killed (timeout or cancellation) while waiting for the slot.
     Killed,
@@ -842,7 +902,11 @@ enum Acquired {
 ///
 /// The command counts as running on its connection from the moment it holds the slot (the
 /// returned guard), so that retiring the connection does not close it under the open.
-async fn acquire_channel(inner: &Arc<Pool>, kill: &mut oneshot::Receiver<()>) -> Result<Acquired> {
+async fn acquire_channel(
+    inner: &Arc<Pool>,
+    kill: &mut oneshot::Receiver<()>,
+    wanted: Option<&SparePlan>,
+) -> Result<Acquired> {
     let mut slot = tokio::select! {
         biased;
         _ = &mut *kill => return Ok(Acquired::Killed),
@@ -850,10 +914,8 @@ async fn acquire_channel(inner: &Arc<Pool>, kill: &mut oneshot::Receiver<()>) ->
         slot = inner.acquire_slot() => slot?,
     };
     let running = Running::new(slot.session.clone());
-    match slot.open_channel().await {
-        Ok((channel, count, prestarted)) => {
-            Ok(Acquired::Channel(slot, channel, count, running, prestarted))
-        }
+    match slot.open_channel(wanted).await {
+        Ok((channel, count, kind)) => Ok(Acquired::Channel(slot, channel, count, running, kind)),
         Err(error) => Ok(Acquired::Retry(error)),
     }
 }
@@ -890,32 +952,13 @@ fn spawn_kill(inner: Arc<Pool>, session: Arc<Session>, escalation: Option<Exchan
 /// [`kill_group`] through an escalation: the kill script as one of the executor's own
 /// scripts, escalated like the command was (its own prompt and password exchange).
 async fn kill_escalated(inner: &Arc<Pool>, exchange: Exchange, pgid: u32) -> Result<()> {
-    let exchange = Exchange::new(exchange.settings);
-    let marker = crate::command::marker_prefix(rand::random());
     let script = supervisor::kill_script(pgid, inner.config.kill_grace);
-    let wrapped = crate::command::script_request(
-        &marker,
+    let request = ExecRequest::script(
+        &inner.config,
         script.as_bytes(),
         b"",
-        Some(&exchange.escalation()),
+        Some(exchange.fresh()),
     )?;
-    let prestarted = crate::command::prestart_payload(
-        None,
-        None,
-        &inner.config.env,
-        &marker,
-        crate::command::Supervision::of(&inner.config),
-        &wrapped,
-    );
-    let request = ExecRequest {
-        wrapper: wrapped.request,
-        stdin: wrapped.stdin.into(),
-        marker,
-        controlled: false,
-        direct: None,
-        prestarted,
-        escalation: Some(exchange),
-    };
     let within = limit::sum(&[inner.config.kill_grace, inner.config.connect_timeout]);
     execute(inner, request, Some(within), &mut |_| {}).await?;
     Ok(())

@@ -24,7 +24,37 @@ use std::sync::Arc;
 use crate::{
     config::{Become, Config, PasswordRequest, Secret},
     error::{BecomeFailure, BecomeMethod, Error, Result},
+    pool::SparePlan,
 };
+
+/// An escalated handle's escalation: the setting, and how its spares are pre-escalated
+/// (made once per handle: the request is a couple of KiB of text).
+#[derive(Debug)]
+pub(crate) struct Escalated {
+    pub(crate) settings: Arc<Become>,
+    /// `None` for tools that may prompt (see [`escalated_prestart_request`]).
+    ///
+    /// [`escalated_prestart_request`]: crate::command::wrapper::escalated_prestart_request
+    pub(crate) spares: Option<SparePlan>,
+}
+
+impl Escalated {
+    /// `settings` for a handle of an executor whose commands stop as `supervision` says.
+    pub(crate) fn new(settings: Become, supervision: crate::command::Supervision) -> Self {
+        let settings = Arc::new(settings);
+        let text = crate::command::wrapper::Escalation {
+            settings: &settings,
+            prompt: None,
+        };
+        let spares = crate::command::wrapper::escalated_prestart_request(&text, supervision).map(
+            |request| SparePlan {
+                identity: Arc::from(settings.identity()),
+                request: Arc::from(request),
+            },
+        );
+        Escalated { settings, spares }
+    }
+}
 
 /// What the driver needs to escalate one exec request.
 #[derive(Clone)]
@@ -32,6 +62,8 @@ pub(crate) struct Exchange {
     pub(crate) settings: Arc<Become>,
     /// sudo's random `-p` prompt, when a password may be asked for.
     pub(crate) prompt: Option<String>,
+    /// How spares are pre-escalated for this escalation, if they are.
+    pub(crate) spares: Option<SparePlan>,
 }
 
 impl std::fmt::Debug for Exchange {
@@ -44,15 +76,24 @@ impl std::fmt::Debug for Exchange {
 
 impl Exchange {
     /// An exchange for one request: sudo with a password gets a fresh random prompt.
-    pub(crate) fn new(settings: Arc<Become>) -> Self {
-        let prompt =
-            (settings.method == BecomeMethod::Sudo && settings.password.is_some()).then(|| {
-                format!(
-                    "swiftide-ssh-become-{:016x}-password",
-                    rand::random::<u64>()
-                )
-            });
-        Exchange { settings, prompt }
+    pub(crate) fn new(escalated: &Escalated) -> Self {
+        let settings = escalated.settings.clone();
+        let prompt = (settings.method == BecomeMethod::Sudo && settings.password.is_some())
+            .then(random_prompt);
+        Exchange {
+            settings,
+            prompt,
+            spares: escalated.spares.clone(),
+        }
+    }
+
+    /// The same exchange for another request: a fresh prompt.
+    pub(crate) fn fresh(&self) -> Self {
+        let mut fresh = self.clone();
+        if fresh.prompt.is_some() {
+            fresh.prompt = Some(random_prompt());
+        }
+        fresh
     }
 
     /// The text-level view for the wrapper.
@@ -181,6 +222,14 @@ impl Exchange {
     pub(crate) fn classify(&self, said: &[u8], exit_status: Option<u32>) -> BecomeFailure {
         classify(self.settings.method, &self.message(said), exit_status)
     }
+}
+
+/// sudo's `-p` prompt for one request: random, so that nothing else prints it.
+fn random_prompt() -> String {
+    format!(
+        "swiftide-ssh-become-{:016x}-password",
+        rand::random::<u64>()
+    )
 }
 
 /// Whether a line is a password prompt of PAM's or a tool's: it ends in a colon (ASCII or
@@ -419,7 +468,13 @@ mod tests {
     use super::*;
 
     fn exchange(settings: Become) -> Exchange {
-        Exchange::new(Arc::new(settings))
+        Exchange::new(&Escalated::new(
+            settings,
+            crate::command::Supervision {
+                kill_on_disconnect: true,
+                grace: std::time::Duration::from_secs(1),
+            },
+        ))
     }
 
     #[test]

@@ -13,7 +13,7 @@ mod supervisor;
 mod wrapper;
 
 pub(crate) use drive::{ExecRequest, execute};
-pub(crate) use escalation::{Exchange, hand_over};
+pub(crate) use escalation::{Escalated, Exchange, hand_over};
 pub(crate) use marker::marker_prefix;
 pub use output::{Execution, ExitStatus, OutputChunk, OutputSink};
 pub(crate) use program::Program;

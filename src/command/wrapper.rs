@@ -204,6 +204,19 @@ pub(crate) struct Escalation<'a> {
 /// (`Become::validate`), the prompt is made of letters, digits and `-`. Nothing secret is in
 /// it: the password goes on stdin when the prompt asks.
 pub(crate) fn escalated_request(escalation: &Escalation<'_>, script: &str) -> Vec<u8> {
+    // `"$SHELL"`, expanded by the login shell (every one expands it within double quotes),
+    // tells the bootstrap which login shell the connection has (see the marker line).
+    tool_command(
+        escalation,
+        &format!("'{script}'"),
+        &format!("sh '{script}' B \"$SHELL\""),
+    )
+    .into_bytes()
+}
+
+/// `exec <tool> ... /bin/sh -c <command> <args>` for `escalation` (see
+/// [`escalated_request`]); `command` and `args` come quoted.
+fn tool_command(escalation: &Escalation<'_>, command: &str, args: &str) -> String {
     use crate::error::BecomeMethod;
     let settings = escalation.settings;
     let flags: String = settings
@@ -213,11 +226,15 @@ pub(crate) fn escalated_request(escalation: &Escalation<'_>, script: &str) -> Ve
         .collect();
     let user = &settings.user;
     let program = settings.program();
-    let shell = format!("/bin/sh -c '{script}'");
-    // `"$SHELL"`, expanded by the login shell (every one expands it within double quotes),
-    // tells the bootstrap which login shell the connection has (see the marker line).
-    let args = format!("sh '{script}' B \"$SHELL\"");
-    let request = match settings.method {
+    debug_assert!(
+        settings.flags.iter().all(|flag| is_neutral(flag))
+            && is_neutral(user)
+            && is_neutral(program)
+            && escalation.prompt.is_none_or(is_neutral),
+        "a quoted word of the escalated request is not login-shell neutral"
+    );
+    let shell = format!("/bin/sh -c {command}");
+    match settings.method {
         BecomeMethod::Sudo => {
             let mode = match escalation.prompt {
                 Some(prompt) => format!("-S -p '{prompt}'"),
@@ -227,15 +244,29 @@ pub(crate) fn escalated_request(escalation: &Escalation<'_>, script: &str) -> Ve
         }
         BecomeMethod::Doas => format!("exec '{program}' -n -u '{user}' {flags}-- {shell} {args}"),
         BecomeMethod::Su => format!("exec '{program}' {flags}-s {shell} '{user}' {args}"),
-    };
-    debug_assert!(
-        settings.flags.iter().all(|flag| is_neutral(flag))
-            && is_neutral(user)
-            && is_neutral(program)
-            && escalation.prompt.is_none_or(is_neutral),
-        "a quoted word of the escalated request is not login-shell neutral"
-    );
-    request.into_bytes()
+    }
+}
+
+/// The exec request of a **pre-escalated** spare: [`prestart_request`]'s shell, started
+/// through the escalation tool ahead of demand, so that the tool does not run on a warm
+/// command's critical path. Only for tools that read no password (`sudo -n`, `doas -n`; a
+/// prompt needs the driver), and only sent to login shells known to be POSIX (pre-started
+/// spares are made only there), so the text is POSIX-quoted rather than neutral. The shell
+/// first makes itself the leader of a new session (`exec setsid`: the tool forked it into
+/// its own group, see [`bootstrap`]), then waits for its payload like a pre-started login
+/// shell, as the target.
+pub(crate) fn escalated_prestart_request(
+    escalation: &Escalation<'_>,
+    supervision: Supervision,
+) -> Option<Vec<u8>> {
+    if escalation.settings.may_prompt() {
+        return None;
+    }
+    let body = String::from_utf8(prestart_request(supervision)).ok()?;
+    // `$0` is the text itself, `$1` `S` once it leads its own session.
+    let script = format!("[ \"$1\" = S ] || exec setsid /bin/sh -c \"$0\" \"$0\" S; {body}");
+    let quoted = String::from_utf8(quote(script.as_bytes())).ok()?;
+    Some(tool_command(escalation, &quoted, &format!("{quoted} B")).into_bytes())
 }
 
 /// The exec request and what goes on stdin for one of the executor's own scripts (the exec

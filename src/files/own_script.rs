@@ -19,27 +19,8 @@ pub(crate) async fn run_script(
     stdin: Vec<u8>,
     sink: &mut OutputSink<'_>,
 ) -> Result<Execution> {
-    let marker = command::marker_prefix(rand::random());
-    let exchange = executor.exchange();
-    let escalation = exchange.as_ref().map(command::Exchange::escalation);
-    let wrapped = command::script_request(&marker, script, &stdin, escalation.as_ref())?;
-    let config = &executor.inner.config;
-    let supervision = command::Supervision::of(config);
-    // On a pre-started spare: the universal form (`U`), whose stdin carries the data.
-    let prestarted =
-        command::prestart_payload(None, None, &config.env, &marker, supervision, &wrapped);
-    let request = ExecRequest {
-        wrapper: wrapped.request,
-        stdin: wrapped.stdin.into(),
-        marker,
-        controlled: wrapped.controlled,
-        // Their stdin carries data, which the direct form's line reading would not leave
-        // alone; they run rarely enough for the universal form.
-        direct: None,
-        prestarted,
-        // As the handle escalates: files, listings and jobs of the target account.
-        escalation: exchange,
-    };
+    // As the handle escalates: files, listings and jobs of the target account.
+    let request = ExecRequest::script(&executor.inner.config, script, &stdin, executor.exchange())?;
     command::execute(&executor.inner, request, None, sink).await
 }
 

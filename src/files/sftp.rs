@@ -866,11 +866,7 @@ impl SshExecutor {
         // session slots and russh memory for good. The finished channel is kept for reuse.
         let executor = self.clone();
         tokio::spawn(async move {
-            match executor
-                .escalation
-                .as_ref()
-                .map(|settings| settings.identity())
-            {
+            match executor.escalation().map(crate::config::Become::identity) {
                 None => fill(&mut *session.sftp.lock().await, &executor, &session).await,
                 Some(identity) => {
                     let mut escalated = session.escalated_sftp.lock().await;
@@ -889,7 +885,7 @@ impl SshExecutor {
     /// any: opens none, and waits for nothing (a channel being opened right now counts as
     /// none).
     pub(crate) fn open_sftp_channel(&self) -> Option<Arc<SftpChannel>> {
-        let identity = self.escalation.as_ref().map(|settings| settings.identity());
+        let identity = self.escalation().map(crate::config::Become::identity);
         self.inner
             .registry
             .sessions()
@@ -912,7 +908,7 @@ impl SshExecutor {
                 *slot = None;
             }
         };
-        match self.escalation.as_ref().map(|settings| settings.identity()) {
+        match self.escalation().map(crate::config::Become::identity) {
             None => forget(&mut *session.sftp.lock().await),
             Some(identity) => {
                 if let Some(slot) = session.escalated_sftp.lock().await.get_mut(&identity) {

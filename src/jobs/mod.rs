@@ -232,7 +232,7 @@ impl SshExecutor {
     /// Which account's jobs this handle sees: `None` for the login's, else the escalation's
     /// identity (the target's state directory).
     fn jobs_account(&self) -> Option<String> {
-        self.escalation.as_ref().map(|settings| settings.identity())
+        self.escalation().map(crate::config::Become::identity)
     }
 
     /// The host's directory of jobs for this handle's account, if already learned.

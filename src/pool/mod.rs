@@ -87,7 +87,7 @@ mod startup;
 mod stats;
 
 pub(crate) use registry::{Counters, Registry};
-pub(crate) use session::{ChannelCount, Running, Session};
+pub(crate) use session::{ChannelCount, Running, Session, SpareKind, SparePlan};
 pub(crate) use slot::{LogSink, SlotManager, give_back, open_channel, wait_for_close};
 pub use stats::PoolStats;
 
@@ -293,6 +293,7 @@ impl Pool {
             spare_channels_opened: counters.spares_opened.load(Ordering::Relaxed),
             spare_channels_used: counters.spares_used.load(Ordering::Relaxed),
             prestarted_spares_used: counters.prestarted_used.load(Ordering::Relaxed),
+            escalated_spares_used: counters.escalated_spares_used.load(Ordering::Relaxed),
             login_shell_startup: sessions
                 .iter()
                 .filter(|s| !s.is_dead())

@@ -37,6 +37,7 @@ pub(crate) struct Counters {
     pub(crate) spares_opened: AtomicU64,
     pub(crate) spares_used: AtomicU64,
     pub(crate) prestarted_used: AtomicU64,
+    pub(crate) escalated_spares_used: AtomicU64,
 }
 
 /// Owns the connections to one host.

@@ -58,6 +58,9 @@ pub(crate) struct Session {
     /// The login shell said something before a request ran (a login rc file that prints):
     /// spares on this connection are no longer pre-started (see `slot::prestart`).
     noisy_login: AtomicBool,
+    /// What new spares pre-start: the escalation the last command wanted (see
+    /// [`EscalatedSpares`]), or the login shell.
+    escalated_spares: std::sync::Mutex<EscalatedSpares>,
     /// Session channels opened ahead of demand, and the commands claiming channels here
     /// (see [`Spares`]).
     spares: std::sync::Mutex<Spares>,
@@ -144,6 +147,39 @@ impl Session {
     /// its login shell has not printed anything while waiting.
     pub(crate) fn may_prestart(&self) -> bool {
         self.direct_bootstrap() == Some(true) && !self.noisy_login.load(Ordering::Acquire)
+    }
+
+    /// Records the escalation the command taking a channel now wanted (`None`: it wanted
+    /// none), so that the spares pre-started from now on match it: a steady workload of
+    /// escalated commands finds the tool already run (see [`EscalatedSpares`]).
+    pub(crate) fn want_spares(&self, plan: Option<&SparePlan>) {
+        let mut spares = self
+            .escalated_spares
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !spares.refused {
+            spares.plan = plan.cloned();
+        }
+    }
+
+    /// The escalation new spares pre-start, if any.
+    pub(crate) fn spare_plan(&self) -> Option<SparePlan> {
+        self.escalated_spares
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .plan
+            .clone()
+    }
+
+    /// A pre-escalated spare ended or spoke before its command (the tool refused, or warns
+    /// on every run): this connection pre-escalates no more.
+    pub(crate) fn refuse_escalated_spares(&self) {
+        let mut spares = self
+            .escalated_spares
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        spares.refused = true;
+        spares.plan = None;
     }
 
     /// The login shell printed something before running a request (a command's output
@@ -289,6 +325,7 @@ impl Session {
             opens_since_refusal: AtomicU32::new(0),
             direct_bootstrap: std::sync::atomic::AtomicU8::new(DIRECT_UNKNOWN),
             noisy_login: AtomicBool::new(false),
+            escalated_spares: std::sync::Mutex::new(EscalatedSpares::default()),
             spares: std::sync::Mutex::new(Spares::default()),
             login_shell_startup: LoginShellStartup::default(),
             sftp: tokio::sync::Mutex::new(None),
@@ -380,12 +417,61 @@ fn count_u32(n: usize) -> u32 {
 /// would), or opens its own.
 ///
 /// [spare channels]: crate::SshExecutorBuilder::spare_channels
-/// A spare channel: opened and unused, and, when `prestarted`, already running the
-/// pre-started bootstrap in the login shell, which waits for a command on stdin (see
-/// `command::prestart_request`).
+/// A spare channel: opened and unused, and maybe already running the pre-started bootstrap
+/// (see [`SpareKind`]).
 pub(crate) struct Spare {
     pub(crate) channel: russh::Channel<Msg>,
-    pub(crate) prestarted: bool,
+    pub(crate) kind: SpareKind,
+}
+
+/// What a channel a command gets already runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SpareKind {
+    /// Nothing: the command sends its exec request.
+    Plain,
+    /// The login shell, pre-started, waits for a command on stdin
+    /// (`command::prestart_request`).
+    Login,
+    /// A shell started through an escalation tool (`sudo -n`, `doas -n`), pre-started,
+    /// waits for a command on stdin (`command::escalated_prestart_request`); the identity of
+    /// the escalation (`Become::identity`).
+    Escalated(Arc<str>),
+}
+
+impl SpareKind {
+    /// Whether a shell already waits for the command's payload.
+    pub(crate) fn prestarted(&self) -> bool {
+        !matches!(self, SpareKind::Plain)
+    }
+
+    /// Whether a command that escalates with `plan` (or not at all) may run on it: a
+    /// pre-escalated shell only for the same escalation; the login shell and a plain channel
+    /// for any command (an escalated one sends its whole request to the login shell).
+    pub(crate) fn serves(&self, plan: Option<&SparePlan>) -> bool {
+        match self {
+            SpareKind::Escalated(identity) => plan.is_some_and(|plan| plan.identity == *identity),
+            SpareKind::Plain | SpareKind::Login => true,
+        }
+    }
+}
+
+/// How to pre-start spares for an escalation that reads no password (`sudo -n`, `doas -n`):
+/// the tool then runs when the spare is made, not on a command's critical path. Made by the
+/// command layer; the pool only runs the request.
+#[derive(Debug, Clone)]
+pub(crate) struct SparePlan {
+    /// The escalation's identity (`Become::identity`).
+    pub(crate) identity: Arc<str>,
+    /// The exec request that starts the escalated shell.
+    pub(crate) request: Arc<[u8]>,
+}
+
+/// The escalation a connection's new spares pre-start (see [`Session::want_spares`]).
+#[derive(Debug, Default)]
+struct EscalatedSpares {
+    plan: Option<SparePlan>,
+    /// A pre-escalated spare failed here: none any more.
+    refused: bool,
 }
 
 #[derive(Default)]

@@ -11,7 +11,7 @@ use crate::{
     error::{Error, Phase, Result},
     pool::{
         registry::{Counters, Registry},
-        session::{ChannelCount, Session, Spare, Take},
+        session::{ChannelCount, Session, Spare, SpareKind, SparePlan, Take},
     },
 };
 
@@ -57,13 +57,17 @@ impl Slot {
     /// beyond it, the slot is given up at once so that the command waits in the pool for a
     /// free one instead of knocking again, otherwise (the server had not freed a closed
     /// channel yet) the open is retried with backoff.
-    /// Returns the channel, its count, and whether it is a pre-started spare (its login
-    /// shell already runs `command::prestart_request` and waits for a payload on stdin).
+    /// Returns the channel, its count, and what it already runs ([`SpareKind`]: a shell
+    /// pre-started as the login or through `wanted`'s escalation waits for a payload on
+    /// stdin). `wanted` is how the command escalates, if it pre-escalates at all: a spare
+    /// pre-escalated otherwise is no good for it, and the spares made from now on follow it.
     pub(crate) async fn open_channel(
         &mut self,
-    ) -> Result<(russh::Channel<russh::client::Msg>, ChannelCount, bool)> {
+        wanted: Option<&SparePlan>,
+    ) -> Result<(russh::Channel<russh::client::Msg>, ChannelCount, SpareKind)> {
         let registry = self.registry.clone();
         let config = &registry.config;
+        self.session.want_spares(wanted);
         if self.session.over_capacity() {
             // The capacity dropped after this slot was placed: knocking would only be
             // refused. Give the slot up; the command waits in the pool for another.
@@ -91,17 +95,33 @@ impl Slot {
                 break;
             };
             // A spare pre-started before the connection found out that its login shell does
-            // not run the direct form (see `Session::refuse_direct_bootstrap`) is no good.
-            let state = if spare.prestarted && self.session.direct_bootstrap() != Some(true) {
+            // not run the direct form (see `Session::refuse_direct_bootstrap`) is no good,
+            // nor one pre-escalated for another escalation than the command's.
+            let state = if (spare.kind.prestarted()
+                && self.session.direct_bootstrap() != Some(true))
+                || !spare.kind.serves(wanted)
+            {
                 SpareState::Unwanted
             } else {
                 spare_state(&self.session, &mut spare.channel)
             };
+            let escalated = matches!(spare.kind, SpareKind::Escalated(_));
             match state {
                 SpareState::Usable => {}
+                // A pre-escalated shell that ended before its command: the tool refused.
+                SpareState::Gone if escalated => {
+                    self.session.refuse_escalated_spares();
+                    continue;
+                }
                 // Closed by the server, or its connection is gone: nothing to hand back.
                 SpareState::Gone => continue,
-                SpareState::Talked if spare.prestarted => {
+                SpareState::Talked if escalated => {
+                    // The tool printed before any command (a warning on every run).
+                    self.session.refuse_escalated_spares();
+                    discard_spare(spare, count, config.connect_timeout);
+                    continue;
+                }
+                SpareState::Talked if spare.kind.prestarted() => {
                     // Its login shell printed before any command: rc files that talk.
                     self.session.note_noisy_login();
                     discard_spare(spare, count, config.connect_timeout);
@@ -118,14 +138,20 @@ impl Slot {
                     .counters
                     .spares_used
                     .fetch_add(1, Ordering::Relaxed);
-                if spare.prestarted {
+                if spare.kind.prestarted() {
                     registry
                         .counters
                         .prestarted_used
                         .fetch_add(1, Ordering::Relaxed);
                 }
+                if escalated {
+                    registry
+                        .counters
+                        .escalated_spares_used
+                        .fetch_add(1, Ordering::Relaxed);
+                }
                 replenish(&self.session, &registry);
-                return Ok((spare.channel, count, spare.prestarted));
+                return Ok((spare.channel, count, spare.kind));
             }
         }
         let session = self.session.clone();
@@ -142,7 +168,7 @@ impl Slot {
                 count.take_claim(claim);
                 note_opened(&self.session, &registry);
                 replenish(&self.session, &registry);
-                Ok((channel, count, false))
+                Ok((channel, count, SpareKind::Plain))
             }
             Err(error) => {
                 self.mark_broken();
@@ -208,8 +234,9 @@ pub(crate) fn replenish(session: &Arc<Session>, registry: &Arc<Registry>) {
 }
 
 /// Starts the login shell of a new spare ahead of demand, when its connection takes the
-/// direct form (see `command::prestart_request`), and waits for the server to accept; a
-/// spare whose start the server refused is given up (`None`).
+/// direct form (see `command::prestart_request`), or the shell of the escalation the last
+/// command wanted ([`Session::want_spares`]), and waits for the server to accept; a spare
+/// whose start the server refused is given up (`None`).
 async fn prestart(
     session: &Session,
     config: &crate::config::Config,
@@ -218,14 +245,15 @@ async fn prestart(
     if config.prestart_request.is_empty() || !session.may_prestart() {
         return Some(Spare {
             channel,
-            prestarted: false,
+            kind: SpareKind::Plain,
         });
     }
+    let (request, kind) = match session.spare_plan() {
+        Some(plan) => (plan.request.to_vec(), SpareKind::Escalated(plan.identity)),
+        None => (config.prestart_request.clone(), SpareKind::Login),
+    };
     let started = tokio::time::timeout(config.connect_timeout, async {
-        channel
-            .exec(true, config.prestart_request.clone())
-            .await
-            .ok()?;
+        channel.exec(true, request).await.ok()?;
         loop {
             match channel.wait().await? {
                 russh::ChannelMsg::Success => return Some(()),
@@ -236,10 +264,7 @@ async fn prestart(
     })
     .await;
     if matches!(started, Ok(Some(()))) {
-        Some(Spare {
-            channel,
-            prestarted: true,
-        })
+        Some(Spare { channel, kind })
     } else {
         // Closing stdin ends a shell that did start (nothing ran); then the channel closes.
         end_prestarted(channel, config.connect_timeout).await;
@@ -339,7 +364,7 @@ fn discard_spare(spare: Spare, count: ChannelCount, limit: Duration) {
         return;
     };
     runtime.spawn(async move {
-        give_back(spare.channel, spare.prestarted, limit).await;
+        give_back(spare.channel, spare.kind.prestarted(), limit).await;
         drop(count);
     });
 }

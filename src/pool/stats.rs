@@ -58,6 +58,10 @@ pub struct PoolStats {
     /// Of those, commands whose spare was pre-started: its login shell was already running
     /// and waiting for the command (connections that take the direct exec form).
     pub prestarted_spares_used: u64,
+    /// Of those, commands whose spare was pre-escalated: a shell started through their
+    /// escalation tool (`sudo -n`, `doas -n`) was already waiting, so the tool did not run
+    /// on the command's critical path (see the README's "Become").
+    pub escalated_spares_used: u64,
     /// How long the account's login shell takes to start: the largest figure among the open
     /// connections, each measured on its first command (`None` before that). It includes the
     /// shell's start-up files (a `~/.bashrc` that runs `pyenv init` or `nvm`: see the
