@@ -581,6 +581,16 @@ pub enum Error {
         message: String,
     },
 
+    /// The server refused a pseudo-terminal for the command (`PermitTTY no`, a forced
+    /// command, `no-pty` in `authorized_keys`); the command was killed if it had started.
+    #[error("{host}:{port} refused a terminal for the command")]
+    TerminalRefused {
+        /// Destination host.
+        host: String,
+        /// Destination port.
+        port: u16,
+    },
+
     /// The executor was closed with [`SshExecutor::close`](crate::SshExecutor::close).
     #[error("the executor is closed")]
     Closed,

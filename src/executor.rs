@@ -56,7 +56,19 @@ pub struct ExecOptions {
     pub current_dir: Option<PathBuf>,
     /// Timeout for this call. Defaults to the executor's default timeout. One too long for
     /// the clock to hold (`Duration::MAX`) is no timeout: its deadline could never pass.
+    /// [`spawn`](SshExecutor::spawn) does not apply it: its caller decides when to kill.
     pub timeout: Option<Duration>,
+    /// Run in a pseudo-terminal. Defaults to none: stdout and stderr apart, byte-exact, as
+    /// under LocalExecutor. With one, they arrive merged as stdout (`\n` written as `\r\n`
+    /// by the terminal), the command's stdin is the terminal, and a timeout or cancel kills
+    /// its whole session (see [`Pty`](crate::Pty) and the README's "Terminals").
+    pub pty: Option<crate::command::Pty>,
+    /// Bytes for the command's stdin, which reads EOF after them. Defaults to none: stdin
+    /// is `/dev/null`, as under LocalExecutor. (Not for `#!` scripts, whose interpreter
+    /// reads its body on stdin. For a stream or a writer kept open, see
+    /// [`spawn`](SshExecutor::spawn).) They travel on a second channel into a FIFO on the
+    /// host: see the README's "Terminals".
+    pub stdin: Option<bytes::Bytes>,
 }
 
 impl ExecOptions {
@@ -73,6 +85,38 @@ impl ExecOptions {
         self.timeout = Some(timeout);
         self
     }
+
+    /// Runs the command in a pseudo-terminal.
+    #[must_use]
+    pub fn pty(mut self, pty: crate::command::Pty) -> Self {
+        self.pty = Some(pty);
+        self
+    }
+
+    /// Gives the command `bytes` on stdin.
+    #[must_use]
+    pub fn stdin(mut self, bytes: impl Into<bytes::Bytes>) -> Self {
+        self.stdin = Some(bytes.into());
+        self
+    }
+}
+
+/// A process's input channels: the sender the `Process` keeps, and the driver's end (with
+/// the control channel's sender beside it).
+fn command_input() -> (
+    tokio::sync::mpsc::Sender<command::StdinItem>,
+    (
+        command::Input,
+        tokio::sync::mpsc::UnboundedSender<command::Control>,
+    ),
+) {
+    let (stdin_tx, stdin_rx) = tokio::sync::mpsc::channel(command::STDIN_QUEUE);
+    let (control_tx, control_rx) = tokio::sync::mpsc::unbounded_channel();
+    let input = command::Input {
+        stdin: Arc::new(tokio::sync::Mutex::new(stdin_rx)),
+        control: control_rx,
+    };
+    (stdin_tx, (input, control_tx))
 }
 
 impl SshExecutor {
@@ -208,75 +252,20 @@ impl SshExecutor {
         if self.is_closed() {
             return Err(Error::Closed);
         }
-        let program = Program::parse(command);
-        let marker = command::marker_prefix(rand::random());
-        let dir = self.resolve_dir(options.current_dir.as_deref());
-        let config = &self.inner.config;
-        let supervision = Supervision::of(config);
-        let exchange = self.exchange();
-        let escalation = exchange.as_ref().map(Exchange::escalation);
-        let wrapped = command::wrapper(
-            &program,
-            dir.as_deref(),
-            &config.env,
-            &marker,
-            supervision,
-            escalation.as_ref(),
-        )?;
-        // The direct form runs the command as the login shell's user: not under an
-        // escalation, whose commands take the universal form through the tool.
-        let direct = exchange
-            .is_none()
-            .then(|| {
-                command::direct_wrapper(&program, dir.as_deref(), &config.env, &marker, supervision)
-            })
-            .flatten()
-            .map(|direct| (direct.request, direct.stdin.into(), direct.controlled));
-        // A spare pre-escalated for this escalation runs as the target already: it gets the
-        // payload of the unescalated request.
-        let pre_escalated = match exchange
-            .as_ref()
-            .filter(|exchange| exchange.spares.is_some())
-        {
-            Some(_) => {
-                let plain = command::wrapper(
-                    &program,
-                    dir.as_deref(),
-                    &config.env,
-                    &marker,
-                    supervision,
-                    None,
-                )?;
-                Some(command::prestart_payload(
-                    Some(&program),
-                    dir.as_deref(),
-                    &config.env,
-                    &marker,
-                    supervision,
-                    &plain,
-                ))
-            }
-            None => None,
-        };
-        let prestarted = command::prestart_payload(
-            exchange.is_none().then_some(&program),
-            dir.as_deref(),
-            &config.env,
-            &marker,
-            supervision,
-            &wrapped,
-        );
-        let request = ExecRequest {
-            wrapper: wrapped.request,
-            stdin: wrapped.stdin.into(),
-            marker,
-            controlled: wrapped.controlled,
-            direct,
-            prestarted,
-            pre_escalated,
-            escalation: exchange,
-        };
         let timeout = self.resolve_timeout(options.timeout);
+        if options.stdin.is_some() {
+            // Through a process: its stdin written and closed, then run to its end.
+            let mut options = options;
+            let bytes = options.stdin.take().unwrap_or_default();
+            let mut process = self.spawn(command, options).await?;
+            let write = process.write(bytes);
+            if let Err(error) = write.await {
+                tracing::debug!(%error, "the command's stdin closed before it took all its input");
+            }
+            process.close_stdin().await;
+            return process.finish(timeout, sink).await;
+        }
+        let request = self.request(command, &options, None)?;
         // The command text may hold secrets typed by an agent: log its length only.
         let command_id = self
             .inner
@@ -290,6 +279,192 @@ impl SshExecutor {
         command::execute(&self.inner, request, timeout, sink)
             .instrument(span)
             .await
+    }
+
+    /// Starts `command` as [`execute`](Self::execute) would, and returns at once with a
+    /// [`Process`](crate::Process) to write its stdin, resize its terminal, read its output
+    /// as it arrives, and wait for or kill it. `options.timeout` is not applied.
+    ///
+    /// The command's stdin is the caller's: what [`Process::write`](crate::Process::write)
+    /// writes, then EOF at [`Process::close_stdin`](crate::Process::close_stdin). In a
+    /// terminal (`options.pty`) it is the terminal; without one the bytes travel on a second
+    /// channel into a FIFO on the host (one more channel and a `cat` for the command's life;
+    /// `options.stdin` goes first).
+    ///
+    /// # Errors
+    /// Invalid input; [`Error::Closed`]. Connection failures come from the `Process`.
+    ///
+    /// # Cancel safety
+    /// Dropping the `Process` kills the command's group in the background (best effort).
+    pub async fn spawn(&self, command: &str, options: ExecOptions) -> Result<crate::Process> {
+        if options.pty.is_some() {
+            return self.spawn_in_terminal(command, options);
+        }
+        if self.is_closed() {
+            return Err(Error::Closed);
+        }
+        let (stdin, input) = command_input();
+        // Refused input (a `#!` script, a NUL) is refused before the feeder makes its FIFO.
+        self.request(command, &options, Some(&command::FeederFifo::unmade()))?;
+        // The command's own channel keeps its stdin for the supervisor's control line: the
+        // caller's bytes go to a FIFO on the host that a second channel feeds (see
+        // `command::feeder`).
+        let feeder = command::Feeder::start(&self.inner, self.exchange(), input.0).await?;
+        let request = self.request(command, &options, Some(feeder.fifo()))?;
+        let process = self.launch_process(command, request, None, stdin, input.1, Some(feeder));
+        if let Some(bytes) = options.stdin {
+            process.write(bytes).await?;
+        }
+        Ok(process)
+    }
+
+    /// [`spawn`](Self::spawn) in a terminal: the terminal carries stdin, so nothing waits
+    /// for a second channel.
+    pub(crate) fn spawn_in_terminal(
+        &self,
+        command: &str,
+        options: ExecOptions,
+    ) -> Result<crate::Process> {
+        if self.is_closed() {
+            return Err(Error::Closed);
+        }
+        let request = self.request(command, &options, None)?;
+        let (stdin, (input, control)) = command_input();
+        if let Some(bytes) = options.stdin.clone() {
+            // Queued ahead of everything the caller writes; the queue has room for it.
+            let _ = stdin.try_send(command::StdinItem::Data(bytes));
+        }
+        Ok(self.launch_process(command, request, Some(input), stdin, control, None))
+    }
+
+    /// Hands `request` to its driver and wraps it into a [`Process`](crate::Process).
+    fn launch_process(
+        &self,
+        command: &str,
+        request: ExecRequest,
+        input: Option<command::Input>,
+        stdin: tokio::sync::mpsc::Sender<command::StdinItem>,
+        control: tokio::sync::mpsc::UnboundedSender<command::Control>,
+        feeder: Option<command::Feeder>,
+    ) -> crate::Process {
+        let terminal = request.pty.is_some();
+        let command_id = self
+            .inner
+            .registry
+            .counters
+            .commands
+            .fetch_add(1, Ordering::Relaxed)
+            + 1;
+        let span = tracing::debug_span!("ssh_process", host = %self.inner.config.host,
+            command_id, command_len = command.len(), terminal);
+        let launched = span.in_scope(|| command::launch(&self.inner, request, input));
+        crate::Process::new(
+            self.inner.clone(),
+            launched,
+            stdin,
+            control,
+            terminal,
+            feeder,
+        )
+    }
+
+    /// The exec request (every form of it) for `command` with `options`; its stdin read from
+    /// the FIFO `stdin_fifo` on the host, when given.
+    fn request(
+        &self,
+        command: &str,
+        options: &ExecOptions,
+        stdin_fifo: Option<&command::FeederFifo>,
+    ) -> Result<ExecRequest> {
+        let program = Program::parse(command);
+        let marker = command::marker_prefix(rand::random());
+        let dir = self.resolve_dir(options.current_dir.as_deref());
+        let config = &self.inner.config;
+        let pty = options.pty.clone();
+        let supervision = match (&pty, stdin_fifo) {
+            (Some(_), _) => Supervision::of(config).terminal(),
+            (None, Some(_)) => Supervision::of(config).caller_stdin(),
+            (None, None) => Supervision::of(config),
+        };
+        // What the universal payload runs first: undoing a terminal's payload modes (see
+        // `command::pty`), or opening the caller's stdin.
+        let prefix = match (&pty, stdin_fifo) {
+            (Some(pty), _) => pty.restore_prefix(),
+            (None, Some(fifo)) => fifo.open_prefix(),
+            (None, None) => Vec::new(),
+        };
+        let prefixed = |mut wrapped: command::Wrapped| {
+            let mut stdin = prefix.clone();
+            stdin.extend_from_slice(&wrapped.stdin);
+            wrapped.stdin = stdin;
+            wrapped
+        };
+        let exchange = self.exchange();
+        let escalation = exchange.as_ref().map(Exchange::escalation);
+        let wrapped = prefixed(command::wrapper(
+            &program,
+            dir.as_deref(),
+            &config.env,
+            &marker,
+            supervision,
+            escalation.as_ref(),
+        )?);
+        // The direct form runs the command as the login shell's user: not under an
+        // escalation, whose commands take the universal form through the tool; nor with the
+        // caller's stdin, which its payload opens.
+        let direct = (exchange.is_none() && stdin_fifo.is_none())
+            .then(|| {
+                command::direct_wrapper(&program, dir.as_deref(), &config.env, &marker, supervision)
+            })
+            .flatten()
+            .map(|direct| (direct.request, direct.stdin.into(), direct.controlled));
+        // A spare pre-escalated for this escalation runs as the target already: it gets the
+        // payload of the unescalated request. (A terminal's channel is never a spare.)
+        let pre_escalated = match exchange
+            .as_ref()
+            .filter(|exchange| exchange.spares.is_some() && pty.is_none())
+        {
+            Some(_) => {
+                let plain = prefixed(command::wrapper(
+                    &program,
+                    dir.as_deref(),
+                    &config.env,
+                    &marker,
+                    supervision,
+                    None,
+                )?);
+                Some(command::prestart_payload(
+                    stdin_fifo.is_none().then_some(&program),
+                    dir.as_deref(),
+                    &config.env,
+                    &marker,
+                    supervision,
+                    &plain,
+                ))
+            }
+            None => None,
+        };
+        // A pre-started spare's direct form would run the command with stdin at /dev/null
+        // (and as the login user): the universal form for those.
+        let prestarted = command::prestart_payload(
+            (exchange.is_none() && stdin_fifo.is_none()).then_some(&program),
+            dir.as_deref(),
+            &config.env,
+            &marker,
+            supervision,
+            &wrapped,
+        );
+        Ok(ExecRequest {
+            wrapper: wrapped.request,
+            stdin: wrapped.stdin.into(),
+            marker,
+            controlled: wrapped.controlled,
+            direct,
+            prestarted,
+            pre_escalated,
+            escalation: exchange,
+            pty,
+        })
     }
 
     /// Whether [`close`](Self::close) was called.

@@ -87,7 +87,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 // Each module imports only from the modules before it on this line (`.ci/check-layers.py`):
-// Layers, bottom up: error < config < ssh < pool < command < executor < files < jobs < builder < fleet < swiftide < adapters
+// Layers, bottom up: error < config < ssh < pool < command < executor < files < jobs < terminals < builder < fleet < swiftide < adapters
 pub mod adapters;
 mod builder;
 mod command;
@@ -100,9 +100,10 @@ mod jobs;
 mod pool;
 mod ssh;
 mod swiftide;
+mod terminals;
 
 pub use builder::SshExecutorBuilder;
-pub use command::{Execution, ExitStatus, OutputChunk, OutputSink};
+pub use command::{Execution, ExitStatus, OutputChunk, OutputSink, Process, Pty};
 pub use config::{
     AuthMethod, Become, HostConfig, HostKeyPolicy, JumpHost, PasswordProvider, PasswordRequest,
     Secret, SshConfig, StrictHostKeyChecking,
@@ -120,6 +121,7 @@ pub use jobs::{
 };
 pub use pool::PoolStats;
 pub use swiftide::JobTools;
+pub use terminals::{Key, KeyParseError, Screen, Terminal, TerminalOptions, Until, Waited};
 
 // For the crate's own benchmarks (examples/bench); hidden, so not covered by semver (see
 // "Stability" above).

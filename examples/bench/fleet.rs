@@ -514,7 +514,7 @@ impl Peers {
 }
 
 /// `ansible-core` in its own venv under `target/bench/` (installed on first use).
-fn setup_ansible(venv: &Path) -> Result<(PathBuf, String), String> {
+pub(crate) fn setup_ansible(venv: &Path) -> Result<(PathBuf, String), String> {
     let python = crate::peers::ensure_venv(venv)?;
     let ansible = venv.join("bin/ansible");
     if !ansible.exists() {

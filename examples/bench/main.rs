@@ -10,13 +10,14 @@
 //! ```
 //!
 //! Scenarios: latency, throughput, streaming, files, stream_files, coldstart, memory, slowlink,
-//! fleet.
+//! fleet, jobs, fleet10k, ssh_config, become.
 //! Peers: raw russh (the floor), the OpenSSH client (cold, ControlMaster, scp, sftp, tar pipe)
 //! and Python asyncssh (installed into a venv under `target/bench/` on first use); for the fleet
 //! scenario also parallel-ssh (Debian `pssh`) and Ansible (`ansible-core`, venv under `target/bench/`).
 //! Needs root or a user sshd can run as, `openssh-server`, `openssh-client`, `python3`.
 //! Not part of the test suite.
 
+mod r#become;
 mod bulk;
 mod child;
 mod fleet;
@@ -59,6 +60,7 @@ pub const SCENARIOS: &[&str] = &[
     "jobs",
     "fleet10k",
     "ssh_config",
+    "become",
 ];
 
 /// Everything a scenario needs.
@@ -224,6 +226,7 @@ fn run(args: &[String]) -> anyhow::Result<()> {
             "jobs" => jobs::jobs(&mut ctx, &mut report),
             "fleet10k" => fleet::fleet10k(&mut ctx, &mut report),
             "ssh_config" => ssh_config::ssh_config(&mut ctx, &mut report),
+            "become" => r#become::become_root(&mut ctx, &mut report),
             _ => unreachable!(),
         };
         if let Err(e) = result {

@@ -68,6 +68,8 @@ pub(crate) struct ExecRequest {
     /// target already, so the payload is the unescalated one's); `None` when the escalation
     /// does not pre-escalate spares.
     pub(crate) pre_escalated: Option<crate::command::PrestartPayload>,
+    /// Run in a pseudo-terminal (on a channel of its own, never a spare).
+    pub(crate) pty: Option<crate::command::Pty>,
 }
 
 impl ExecRequest {
@@ -110,6 +112,7 @@ impl ExecRequest {
             prestarted,
             escalation: exchange,
             pre_escalated,
+            pty: None,
         })
     }
 }
@@ -162,11 +165,52 @@ pub(crate) async fn execute(
     timeout: Option<Duration>,
     sink: &mut OutputSink<'_>,
 ) -> Result<Execution> {
+    launch(inner, request, None)
+        .finish(inner, timeout, sink)
+        .await
+}
+
+/// What the caller sends a running command (see [`Process`](crate::Process)): bytes for its
+/// stdin, in order, then maybe the end of it.
+#[derive(Debug)]
+pub(crate) enum StdinItem {
+    Data(bytes::Bytes),
+    Eof,
+}
+
+/// Requests about a running command's channel that are not stdin.
+#[derive(Debug)]
+pub(crate) enum Control {
+    /// The terminal's new size (`window-change`).
+    Resize { cols: u32, rows: u32 },
+}
+
+/// The caller's side of a command's input: stdin bytes (forwarded in order once the command
+/// runs, after its payload) and control requests.
+#[derive(Debug)]
+pub(crate) struct Input {
+    pub(crate) stdin: Arc<tokio::sync::Mutex<mpsc::Receiver<StdinItem>>>,
+    pub(crate) control: mpsc::UnboundedReceiver<Control>,
+}
+
+/// A command handed to its driver task: the caller's end of it. Dropping it kills the
+/// command (the driver sees the kill sender go).
+pub(crate) struct Launched {
+    pub(crate) started: std::time::Instant,
+    events: mpsc::UnboundedReceiver<Event>,
+    kill: Option<oneshot::Sender<()>>,
+    budget: Arc<tokio::sync::Semaphore>,
+    _close_budget: CloseBudgetOnDrop,
+    gate: Arc<StartGate>,
+}
+
+/// Hands `request` to a driver task of its own (which owns its slot and channel for the
+/// command's life) and returns the caller's end.
+pub(crate) fn launch(inner: &Arc<Pool>, request: ExecRequest, input: Option<Input>) -> Launched {
     let started = std::time::Instant::now();
-    let (events_tx, mut events) = mpsc::unbounded_channel();
+    let (events_tx, events) = mpsc::unbounded_channel();
     let (kill_tx, kill_rx) = oneshot::channel::<()>();
     let budget = Arc::new(tokio::sync::Semaphore::new(OUTPUT_BUDGET));
-    let _close_budget = CloseBudgetOnDrop(budget.clone());
     let gate = Arc::new(StartGate::default());
     // The driver's events belong to the caller's command span.
     tokio::spawn(
@@ -177,98 +221,176 @@ pub(crate) async fn execute(
             budget.clone(),
             kill_rx,
             gate.clone(),
+            input,
         )
         .instrument(tracing::Span::current()),
     );
+    Launched {
+        started,
+        events,
+        kill: Some(kill_tx),
+        _close_budget: CloseBudgetOnDrop(budget.clone()),
+        budget,
+        gate,
+    }
+}
 
-    let mut kept = Retained::new(inner.config.max_output_bytes);
-    // A timeout too long for the clock has a deadline that never passes: no deadline.
-    let deadline = timeout.and_then(|t| limit::deadline(Instant::now(), t));
-    let finished = loop {
-        let Some(event) = limit::within(deadline, events.recv()).await else {
-            break None;
-        };
-        match event {
+impl Launched {
+    /// A stand-in for a command whose driver's end was moved out: it hears nothing.
+    pub(crate) fn ended() -> Self {
+        let (_, events) = mpsc::unbounded_channel();
+        let budget = Arc::new(tokio::sync::Semaphore::new(OUTPUT_BUDGET));
+        Launched {
+            started: std::time::Instant::now(),
+            events,
+            kill: None,
+            _close_budget: CloseBudgetOnDrop(budget.clone()),
+            budget,
+            gate: Arc::new(StartGate::default()),
+        }
+    }
+}
+
+/// What the caller's end of a command hears next.
+pub(crate) enum Heard {
+    Output(OutputChunk),
+    Finished(Result<ExitStatus>),
+}
+
+impl Launched {
+    /// The next chunk or the end, or `None` when `deadline` passed first.
+    pub(crate) async fn next(
+        &mut self,
+        config: &Config,
+        deadline: Option<Instant>,
+    ) -> Option<Heard> {
+        let event = limit::within(deadline, self.events.recv()).await?;
+        Some(match event {
             Some(Event::Output(chunk)) => {
-                budget.add_permits(budget_cost(&chunk) as usize);
-                sink(&chunk);
-                kept.push(chunk);
+                self.budget.add_permits(budget_cost(&chunk) as usize);
+                Heard::Output(chunk)
             }
-            Some(Event::Finished(result)) => break Some(result),
-            None => break Some(Err(driver_vanished(&inner.config))),
-        }
-    };
+            Some(Event::Finished(result)) => Heard::Finished(result),
+            None => Heard::Finished(Err(driver_vanished(config))),
+        })
+    }
 
-    let status = match finished {
-        Some(result) => result?,
-        None if gate.abandon() => {
-            // The deadline passed before the command could start: nothing ran. If that is
-            // because the host cannot be reached (no live connection, dials failing), say
-            // so rather than "timed out"; otherwise (a full pool) it is an ordinary timeout.
-            let _ = kill_tx.send(());
-            let last_error = inner.registry.last_dial_error();
-            let connected = inner.registry.sessions().iter().any(|s| !s.is_dead());
-            if last_error.is_some() && !connected {
-                return Err(Error::PoolTimeout {
-                    host: inner.config.host.clone(),
-                    port: inner.config.port,
-                    waited: timeout.unwrap_or_default(),
-                    last_error,
-                });
-            }
-            ExitStatus::TimedOut {
-                timeout: timeout.unwrap_or_default(),
-                confirmed_dead: true,
+    /// Asks the driver to kill the command.
+    pub(crate) fn kill(&mut self) {
+        if let Some(kill) = self.kill.take() {
+            let _ = kill.send(());
+        }
+    }
+
+    /// After a kill: what still arrives while the group dies, bounded (a process that
+    /// escaped the group may hold the channel open), into `sink` and `kept`. Returns whether
+    /// the command was seen to end.
+    pub(crate) async fn drain(
+        &mut self,
+        config: &Config,
+        sink: &mut OutputSink<'_>,
+        kept: &mut Retained,
+    ) -> bool {
+        let drain_until = limit::deadline(
+            Instant::now(),
+            limit::sum(&[config.kill_grace, config.drain_timeout]),
+        );
+        loop {
+            match self.next(config, drain_until).await {
+                Some(Heard::Output(chunk)) => {
+                    sink(&chunk);
+                    kept.push(chunk);
+                }
+                Some(Heard::Finished(result)) => return result.is_ok(),
+                None => return false,
             }
         }
-        None => {
-            let timeout = timeout.unwrap_or_default();
-            let _ = kill_tx.send(());
-            // Like LocalExecutor, collect what arrives while the group dies, but bounded: a
-            // process that escaped the group (setsid) may hold the channel open.
-            let drain_until = limit::deadline(
-                Instant::now(),
-                limit::sum(&[inner.config.kill_grace, inner.config.drain_timeout]),
-            );
-            let mut confirmed_dead = false;
-            loop {
-                match limit::within(drain_until, events.recv()).await {
-                    Some(Some(Event::Output(chunk))) => {
-                        budget.add_permits(budget_cost(&chunk) as usize);
-                        sink(&chunk);
-                        kept.push(chunk);
-                    }
-                    Some(Some(Event::Finished(result))) => {
-                        confirmed_dead = result.is_ok();
-                        break;
-                    }
-                    Some(None) | None => break,
+    }
+
+    /// Streams the command's output to `sink` until it ends or `timeout` expires (then kills
+    /// and drains), and returns everything about it.
+    pub(crate) async fn finish(
+        mut self,
+        inner: &Arc<Pool>,
+        timeout: Option<Duration>,
+        sink: &mut OutputSink<'_>,
+    ) -> Result<Execution> {
+        let config = &inner.config;
+        let mut kept = Retained::new(config.max_output_bytes);
+        // A timeout too long for the clock has a deadline that never passes: no deadline.
+        let deadline = timeout.and_then(|t| limit::deadline(Instant::now(), t));
+        let finished = loop {
+            match self.next(config, deadline).await {
+                Some(Heard::Output(chunk)) => {
+                    sink(&chunk);
+                    kept.push(chunk);
+                }
+                Some(Heard::Finished(result)) => break Some(result),
+                None => break None,
+            }
+        };
+        let status = match finished {
+            Some(result) => result?,
+            None if self.gate.abandon() => {
+                // The deadline passed before the command could start: nothing ran. If that
+                // is because the host cannot be reached (no live connection, dials failing),
+                // say so rather than "timed out"; otherwise (a full pool) it is an ordinary
+                // timeout.
+                self.kill();
+                let last_error = inner.registry.last_dial_error();
+                let connected = inner.registry.sessions().iter().any(|s| !s.is_dead());
+                if last_error.is_some() && !connected {
+                    return Err(Error::PoolTimeout {
+                        host: config.host.clone(),
+                        port: config.port,
+                        waited: timeout.unwrap_or_default(),
+                        last_error,
+                    });
+                }
+                ExitStatus::TimedOut {
+                    timeout: timeout.unwrap_or_default(),
+                    confirmed_dead: true,
                 }
             }
-            ExitStatus::TimedOut {
-                timeout,
-                confirmed_dead,
+            None => {
+                self.kill();
+                // Like LocalExecutor, collect what arrives while the group dies.
+                let confirmed_dead = self.drain(config, sink, &mut kept).await;
+                ExitStatus::TimedOut {
+                    timeout: timeout.unwrap_or_default(),
+                    confirmed_dead,
+                }
             }
-        }
-    };
-    let (chunks, omitted_bytes, omitted_at) = kept.finish();
-    let execution = Execution {
-        host: inner.config.host.clone(),
-        chunks,
-        status,
-        duration: started.elapsed(),
-        omitted_bytes,
-        omitted_at,
-    };
-    tracing::debug!(
-        status = ?execution.status,
-        duration_ms = execution.duration.as_millis() as u64,
-        stdout_bytes = execution.stdout_len(),
-        stderr_bytes = execution.stderr_len(),
-        omitted_bytes,
-        "command finished"
-    );
-    Ok(execution)
+        };
+        Ok(self.execution(config, kept, status))
+    }
+
+    /// The [`Execution`] of a command that ended with `status`.
+    pub(crate) fn execution(
+        &self,
+        config: &Config,
+        kept: Retained,
+        status: ExitStatus,
+    ) -> Execution {
+        let (chunks, omitted_bytes, omitted_at) = kept.finish();
+        let execution = Execution {
+            host: config.host.clone(),
+            chunks,
+            status,
+            duration: self.started.elapsed(),
+            omitted_bytes,
+            omitted_at,
+        };
+        tracing::debug!(
+            status = ?execution.status,
+            duration_ms = execution.duration.as_millis() as u64,
+            stdout_bytes = execution.stdout_len(),
+            stderr_bytes = execution.stderr_len(),
+            omitted_bytes,
+            "command finished"
+        );
+        execution
+    }
 }
 
 fn driver_vanished(config: &Config) -> Error {
@@ -328,8 +450,12 @@ async fn drive(
     budget: Arc<tokio::sync::Semaphore>,
     mut kill: oneshot::Receiver<()>,
     gate: Arc<StartGate>,
+    mut input: Option<Input>,
 ) {
-    let result = drive_command(&inner, request, &events, &budget, &mut kill, &gate).await;
+    let result = drive_command(
+        &inner, request, &events, &budget, &mut kill, &gate, &mut input,
+    )
+    .await;
     let _ = events.send(Event::Finished(result));
 }
 
@@ -346,10 +472,11 @@ async fn drive_command(
     budget: &tokio::sync::Semaphore,
     kill: &mut oneshot::Receiver<()>,
     gate: &StartGate,
+    input: &mut Option<Input>,
 ) -> Result<ExitStatus> {
     let give_up_at = limit::deadline(Instant::now(), inner.config.connect_timeout);
     loop {
-        let attempt = drive_once(inner, &request, events, budget, kill, gate).await;
+        let attempt = drive_once(inner, &request, events, budget, kill, gate, input).await;
         if matches!(attempt, Attempt::NotSent(_)) {
             gate.unclaim();
         }
@@ -382,15 +509,18 @@ async fn drive_once(
     budget: &tokio::sync::Semaphore,
     kill: &mut oneshot::Receiver<()>,
     gate: &StartGate,
+    input: &mut Option<Input>,
 ) -> Attempt {
     let config = &inner.config;
+    let pty = request.pty.as_ref();
     // Waiting for a slot is abortable: nothing has been sent yet.
     let wanted = request
         .escalation
         .as_ref()
         .and_then(|exchange| exchange.spares.as_ref());
+    // A terminal is requested before the exec: no pre-started spare will do.
     let (mut slot, mut channel, _open, _running, kind) =
-        match acquire_channel(inner, kill, wanted).await {
+        match acquire_channel(inner, kill, wanted, pty.is_some()).await {
             Ok(Acquired::Channel(slot, channel, count, running, kind)) => {
                 (slot, channel, count, running, kind)
             }
@@ -425,6 +555,22 @@ async fn drive_once(
         None if prestarted => (None, &spare_payload.stdin, spare_payload.controlled),
         None => (Some(&request.wrapper), &request.stdin, request.controlled),
     };
+    if let Some(pty) = pty {
+        // The universal form's payload travels on the terminal: its modes are set for it.
+        let modes = pty.request_modes(direct.is_none());
+        let requested = channel
+            .request_pty(true, &pty.term, pty.cols, pty.rows, 0, 0, &modes)
+            .await;
+        if let Err(source) = requested {
+            slot.mark_broken();
+            return Attempt::NotSent(Error::Ssh {
+                host: config.host.clone(),
+                port: config.port,
+                phase: Phase::Exec,
+                source,
+            });
+        }
+    }
     let exec = match exec_text {
         Some(text) => channel.exec(true, text.clone()).await,
         None => Ok(()),
@@ -471,11 +617,23 @@ async fn drive_once(
     } else {
         stdin.clone()
     };
+    // A terminal keeps stdin open for the caller's input, which follows the payload once
+    // the marker shows the command runs (`go`: before it, an attempt may still be dropped).
+    let keep_open = controlled || pty.is_some() || input.is_some();
+    let (go, ready) = oneshot::channel::<()>();
+    let mut go = Some(go);
+    let mut caller_input = input.as_ref().map(|input| Forward {
+        stdin: input.stdin.clone(),
+        go: ready,
+    });
     let mut payload = if stdin_waits {
         None
     } else {
-        start_stdin(&channel, stdin, controlled).await
+        start_stdin(&channel, stdin, keep_open, caller_input.take()).await
     };
+    // The reply to the `pty-req` comes before the exec's.
+    let mut pty_pending = pty.is_some();
+    let mut refused_pty = false;
 
     let session = slot.session.clone();
     let mut marker = match escalation {
@@ -537,7 +695,9 @@ async fn drive_once(
                     limit::sum(&[config.kill_grace, config.drain_timeout, config.connect_timeout]),
                 );
             }
-            message = channel.wait() => match message {
+            // In a terminal, stdout and stderr are one stream, which carries the marker:
+            // it is read as stderr is without one (and its parts passed on as stdout).
+            message = channel.wait() => match merge_terminal(message, pty.is_some()) {
                 // Before the hand-over of a tool that may read stdin, nothing of the command
                 // has been sent: stdout is the tool's (BusyBox's su prompts there), not output.
                 Some(russh::ChannelMsg::Data { data }) if !stdin_started => {
@@ -582,7 +742,9 @@ async fn drive_once(
                         }
                         if !stdin_started {
                             stdin_started = true;
-                            payload = start_stdin(&channel, &held_stdin, controlled).await;
+                            payload =
+                                start_stdin(&channel, &held_stdin, keep_open, caller_input.take())
+                                    .await;
                         }
                     } else if found.is_some() {
                         pgid = found;
@@ -615,9 +777,18 @@ async fn drive_once(
                         }
                     }
                     for part in parts {
-                        emit(&mut held, events, budget, OutputChunk::Stderr(part)).await;
+                        let chunk = if pty.is_some() {
+                            OutputChunk::Stdout(part)
+                        } else {
+                            OutputChunk::Stderr(part)
+                        };
+                        emit(&mut held, events, budget, chunk).await;
                     }
                     if found.is_some() {
+                        // The command runs: the caller's input may follow its payload.
+                        if let Some(go) = go.take() {
+                            let _ = go.send(());
+                        }
                         release(&mut held, events, budget).await;
                     }
                 }
@@ -629,6 +800,18 @@ async fn drive_once(
                         name: signal_text(&signal_name),
                         core_dumped,
                     });
+                }
+                Some(russh::ChannelMsg::Success) if pty_pending => pty_pending = false,
+                Some(russh::ChannelMsg::Failure) if pty_pending => {
+                    // No terminal (`PermitTTY no`, a forced command): the exec must not run
+                    // without one. It may have started already: it is killed like any other.
+                    pty_pending = false;
+                    refused_pty = true;
+                    kill_wanted = true;
+                    give_up_at = limit::deadline(
+                        Instant::now(),
+                        limit::sum(&[config.kill_grace, config.drain_timeout, config.connect_timeout]),
+                    );
                 }
                 Some(russh::ChannelMsg::Success) => {
                     replied = true;
@@ -652,6 +835,11 @@ async fn drive_once(
                 None => break,
                 Some(_) => {}
             },
+            control = next_control(input), if pgid.is_some() && !kill_wanted => {
+                if let Some(Control::Resize { cols, rows }) = control {
+                    let _ = channel.window_change(cols, rows, 0, 0).await;
+                }
+            }
             _ = give_up => {
                 tracing::warn!(host = %config.host, ?pgid,
                     "channel still open after the kill; closing it (a process may have left the group)");
@@ -659,8 +847,11 @@ async fn drive_once(
                 break;
             }
         }
+        // A controlled request's stdin is its supervisor's control line (a terminal's stdin is
+        // the terminal: its kill comes from a second channel, below).
         if kill_wanted
             && !kill_sent
+            && controlled
             && let Some(payload) = &payload
         {
             kill_sent = true;
@@ -690,7 +881,13 @@ async fn drive_once(
         if kill_wanted && !kill_sent {
             if let Some(pgid) = pgid {
                 kill_sent = true;
-                spawn_kill(inner.clone(), session.clone(), escalation.cloned(), pgid);
+                spawn_kill(
+                    inner.clone(),
+                    session.clone(),
+                    escalation.cloned(),
+                    pgid,
+                    pty.is_some(),
+                );
             } else if status.is_some() {
                 kill_sent = true;
             }
@@ -698,6 +895,12 @@ async fn drive_once(
     }
     if let Some(payload) = &payload {
         payload.abort();
+    }
+    if refused_pty {
+        return Attempt::Done(Err(Error::TerminalRefused {
+            host: config.host.clone(),
+            port: config.port,
+        }));
     }
     if let Some(exchange) = escalation
         && pgid.is_none()
@@ -816,16 +1019,43 @@ async fn release(
     }
 }
 
-/// Starts what goes on the command's stdin: for a controlled request its payload line, by a
-/// [`PayloadWriter`] that keeps stdin open (the supervisor's control line); otherwise all of
-/// it, then EOF.
+/// A terminal's output: stdout and stderr are one stream there, which carries the marker, so
+/// it is handled as the marker's stream (stderr) is without a terminal.
+fn merge_terminal(message: Option<russh::ChannelMsg>, terminal: bool) -> Option<russh::ChannelMsg> {
+    match message {
+        Some(russh::ChannelMsg::Data { data }) if terminal => {
+            Some(russh::ChannelMsg::ExtendedData { data, ext: 1 })
+        }
+        other => other,
+    }
+}
+
+/// The caller's next control request; never, when there is no caller input.
+async fn next_control(input: &mut Option<Input>) -> Option<Control> {
+    match input {
+        Some(input) => input.control.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The caller's stdin, forwarded after the payload once `go` says the command runs.
+struct Forward {
+    stdin: Arc<tokio::sync::Mutex<mpsc::Receiver<StdinItem>>>,
+    go: oneshot::Receiver<()>,
+}
+
+/// Starts what goes on the command's stdin: with `keep_open` (a controlled request, whose
+/// stdin then is the supervisor's control line, or a terminal) its payload line, by a
+/// [`PayloadWriter`] that keeps stdin open and forwards the caller's input after it;
+/// otherwise all of it, then EOF.
 async fn start_stdin(
     channel: &russh::Channel<russh::client::Msg>,
     stdin: &bytes::Bytes,
-    controlled: bool,
+    keep_open: bool,
+    forward: Option<Forward>,
 ) -> Option<PayloadWriter> {
-    if controlled {
-        return Some(PayloadWriter::start(channel, stdin));
+    if keep_open {
+        return Some(PayloadWriter::start(channel, stdin, forward));
     }
     if stdin.is_empty() {
         let _ = channel.eof().await;
@@ -849,7 +1079,11 @@ struct PayloadWriter {
 }
 
 impl PayloadWriter {
-    fn start(channel: &russh::Channel<russh::client::Msg>, payload: &bytes::Bytes) -> Self {
+    fn start(
+        channel: &russh::Channel<russh::client::Msg>,
+        payload: &bytes::Bytes,
+        forward: Option<Forward>,
+    ) -> Self {
         let mut writer = channel.make_writer();
         let payload = payload.clone();
         let written = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -858,8 +1092,29 @@ impl PayloadWriter {
             if writer.write_all(&payload).await.is_ok() && writer.flush().await.is_ok() {
                 done.store(true, std::sync::atomic::Ordering::Release);
                 tracing::trace!("payload sent");
+            } else {
+                return;
             }
-            // Dropping the writer does not close stdin (it sends no EOF).
+            // The caller's input, in order, once the command runs (its receiver is shared
+            // with later attempts, which only happen before that).
+            let Some(forward) = forward else { return };
+            if forward.go.await.is_err() {
+                return;
+            }
+            let mut stdin = forward.stdin.lock().await;
+            while let Some(item) = stdin.recv().await {
+                match item {
+                    StdinItem::Data(bytes) => {
+                        if writer.write_all(&bytes).await.is_err() || writer.flush().await.is_err()
+                        {
+                            return;
+                        }
+                    }
+                    StdinItem::Eof => break,
+                }
+            }
+            // Closed by the caller, or its handle is gone: EOF.
+            let _ = writer.shutdown().await;
         });
         PayloadWriter { task, written }
     }
@@ -906,6 +1161,7 @@ async fn acquire_channel(
     inner: &Arc<Pool>,
     kill: &mut oneshot::Receiver<()>,
     wanted: Option<&SparePlan>,
+    fresh: bool,
 ) -> Result<Acquired> {
     let mut slot = tokio::select! {
         biased;
@@ -914,7 +1170,7 @@ async fn acquire_channel(
         slot = inner.acquire_slot() => slot?,
     };
     let running = Running::new(slot.session.clone());
-    match slot.open_channel(wanted).await {
+    match slot.open_channel(wanted, fresh).await {
         Ok((channel, count, kind)) => Ok(Acquired::Channel(slot, channel, count, running, kind)),
         Err(error) => Ok(Acquired::Retry(error)),
     }
@@ -931,7 +1187,15 @@ fn signal_text(signal: &russh::Sig) -> String {
 /// started through an escalation belongs to the target account, which the login user may
 /// not signal: the kill then goes through the same escalation, as one of the executor's own
 /// scripts (on any connection to the host).
-fn spawn_kill(inner: Arc<Pool>, session: Arc<Session>, escalation: Option<Exchange>, pgid: u32) {
+///
+/// With `session` (a terminal) the group's whole session is killed too.
+fn spawn_kill(
+    inner: Arc<Pool>,
+    session: Arc<Session>,
+    escalation: Option<Exchange>,
+    pgid: u32,
+    whole_session: bool,
+) {
     inner
         .registry
         .counters
@@ -940,8 +1204,17 @@ fn spawn_kill(inner: Arc<Pool>, session: Arc<Session>, escalation: Option<Exchan
     tokio::spawn(async move {
         let config = &inner.config;
         let killed = match escalation {
-            None => kill_group(&session, config, &inner.registry.counters, pgid).await,
-            Some(exchange) => kill_escalated(&inner, exchange, pgid).await,
+            None => {
+                kill_group(
+                    &session,
+                    config,
+                    &inner.registry.counters,
+                    pgid,
+                    whole_session,
+                )
+                .await
+            }
+            Some(exchange) => kill_escalated(&inner, exchange, pgid, whole_session).await,
         };
         if let Err(error) = killed {
             tracing::warn!(host = %config.host, pgid, %error, "killing the remote process group failed");
@@ -951,8 +1224,13 @@ fn spawn_kill(inner: Arc<Pool>, session: Arc<Session>, escalation: Option<Exchan
 
 /// [`kill_group`] through an escalation: the kill script as one of the executor's own
 /// scripts, escalated like the command was (its own prompt and password exchange).
-async fn kill_escalated(inner: &Arc<Pool>, exchange: Exchange, pgid: u32) -> Result<()> {
-    let script = supervisor::kill_script(pgid, inner.config.kill_grace);
+async fn kill_escalated(
+    inner: &Arc<Pool>,
+    exchange: Exchange,
+    pgid: u32,
+    whole_session: bool,
+) -> Result<()> {
+    let script = supervisor::kill_script(pgid, inner.config.kill_grace, whole_session);
     let request = ExecRequest::script(
         &inner.config,
         script.as_bytes(),
@@ -969,11 +1247,15 @@ async fn kill_group(
     config: &Config,
     counters: &Counters,
     pgid: u32,
+    whole_session: bool,
 ) -> Result<()> {
     tracing::debug!(host = %config.host, pgid, grace = ?config.kill_grace, "killing remote process group");
     let (mut channel, _open) = pool::open_channel(session, config, counters, &mut || true).await?;
     channel
-        .exec(true, supervisor::kill_request(pgid, config.kill_grace))
+        .exec(
+            true,
+            supervisor::kill_request(pgid, config.kill_grace, whole_session),
+        )
         .await
         .map_err(|source| Error::Ssh {
             host: config.host.clone(),

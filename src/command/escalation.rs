@@ -473,6 +473,8 @@ mod tests {
             crate::command::Supervision {
                 kill_on_disconnect: true,
                 grace: std::time::Duration::from_secs(1),
+                terminal: false,
+                caller_stdin: false,
             },
         ))
     }

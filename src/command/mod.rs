@@ -5,23 +5,30 @@
 
 mod drive;
 mod escalation;
+mod feeder;
 mod marker;
 mod output;
+mod process;
 mod program;
+mod pty;
 mod quote;
 mod supervisor;
 mod wrapper;
 
-pub(crate) use drive::{ExecRequest, execute};
+pub(crate) use drive::{Control, ExecRequest, Input, StdinItem, execute, launch};
 pub(crate) use escalation::{Escalated, Exchange, hand_over};
+pub(crate) use feeder::{Feeder, FeederFifo};
 pub(crate) use marker::marker_prefix;
 pub use output::{Execution, ExitStatus, OutputChunk, OutputSink};
+pub use process::Process;
+pub(crate) use process::{ProcessInput, STDIN_QUEUE};
 pub(crate) use program::Program;
+pub use pty::Pty;
 pub(crate) use quote::quote;
 pub(crate) use supervisor::Supervision;
 #[doc(hidden)]
 pub use wrapper::exec_request_for_benchmarks;
 pub(crate) use wrapper::{
-    PrestartPayload, direct_capable, direct_text, direct_wrapper, prestart_payload,
+    PrestartPayload, Wrapped, direct_capable, direct_text, direct_wrapper, prestart_payload,
     prestart_request, quote_line, script_request, wrapper,
 };

@@ -514,7 +514,7 @@ pub(crate) fn direct_wrapper(
     let text = direct_text(program, dir, env)?;
     // Without kill-on-disconnect the supervisor's only job would be the kill request, which a
     // second channel can do as well: the command runs without it, one forked shell less.
-    let supervisor = if supervision.kill_on_disconnect {
+    let supervisor = if supervision.kill_on_disconnect || supervision.terminal {
         supervisor_line(supervision)
     } else {
         String::new()
@@ -527,7 +527,10 @@ pub(crate) fn direct_wrapper(
     )
     .into_bytes();
     request.extend_from_slice(&quote(&text));
-    request.extend_from_slice(b" </dev/null");
+    // In a terminal the command's stdin is the terminal.
+    if supervision.null_stdin() {
+        request.extend_from_slice(b" </dev/null");
+    }
     // The login shell gets the request as one argument, which Linux limits to 128 KiB.
     if request.len() > ARGV_LIMIT {
         return None;
@@ -535,7 +538,7 @@ pub(crate) fn direct_wrapper(
     Some(Wrapped {
         request,
         stdin: Vec::new(),
-        controlled: supervision.kill_on_disconnect,
+        controlled: supervision.kill_on_disconnect && !supervision.terminal,
     })
 }
 
@@ -657,7 +660,13 @@ pub(crate) fn wrapper(
                 payload.extend_from_slice(&env_prefix);
                 payload.extend_from_slice(b"sh -c ");
                 payload.extend_from_slice(&quote_line(command.as_bytes()));
-                payload.extend_from_slice(b" </dev/null");
+                // In a terminal the command's stdin is the terminal; one the caller feeds
+                // was opened by the payload's prefix.
+                if supervision.null_stdin() {
+                    payload.extend_from_slice(b" </dev/null");
+                }
+            } else if !supervision.null_stdin() {
+                return Err(stdin_taken("a command over 100 KiB, which reaches its shell on a pipe"));
             } else {
                 // Too long for one argv string: the shell reads it from a pipe on fd 3 and
                 // evals it, with `$0` = `sh` and stdin at EOF as under `sh -c`.
@@ -672,6 +681,12 @@ pub(crate) fn wrapper(
                 from_stdin.extend_from_slice(b"3<&0 </dev/null; }");
                 feed_and_exec(&mut payload, command.as_bytes(), &from_pipe, &from_stdin);
             }
+        }
+        Program::Script { .. } if !supervision.null_stdin() => {
+            return Err(stdin_taken(
+                "a `#!` script, whose interpreter reads its body on stdin (run the file through \
+                 its interpreter instead)",
+            ));
         }
         Program::Script {
             interpreter,
@@ -698,8 +713,16 @@ pub(crate) fn wrapper(
     Ok(Wrapped {
         request: bootstrap(marker, Some(supervision), escalation),
         stdin: payload,
-        controlled: true,
+        // A terminal's stdin is its input: the kill comes from a second channel.
+        controlled: !supervision.terminal,
     })
+}
+
+/// The error for a command that cannot take a terminal or the caller's stdin.
+fn stdin_taken(what: &str) -> crate::error::Error {
+    crate::error::Error::InvalidInput {
+        reason: format!("{what} cannot take a terminal or stdin from the caller"),
+    }
 }
 
 /// Not part of the API: the exec request and the stdin payload the executor sends for a shell
@@ -718,6 +741,8 @@ pub fn exec_request_for_benchmarks(
     let supervision = Supervision {
         kill_on_disconnect,
         grace: std::time::Duration::from_secs(1),
+        terminal: false,
+        caller_stdin: false,
     };
     let program = Program::Shell(command.to_owned());
     let marker = crate::command::marker::marker_prefix(0);
@@ -746,6 +771,8 @@ mod tests {
     const QUIET: Supervision = Supervision {
         kill_on_disconnect: false,
         grace: std::time::Duration::from_secs(1),
+        terminal: false,
+        caller_stdin: false,
     };
 
     /// Runs `request` as `<login shell> -c <request>` (as sshd does) with `stdin`, in the
@@ -1147,6 +1174,8 @@ mod tests {
         let supervision = Supervision {
             kill_on_disconnect: true,
             grace: std::time::Duration::from_millis(200),
+            terminal: false,
+            caller_stdin: false,
         };
         let request = prestart_request(supervision);
         let command = "printf '%s|' \"$0\" \"$#\" 'it'\\''s'\necho \"$LINENO\"; nosuch_cmd_xyz";
@@ -1343,6 +1372,8 @@ mod tests {
             // (Without kill-on-disconnect the direct form has no supervisor.)
             kill_on_disconnect: true,
             grace: std::time::Duration::from_millis(200),
+            terminal: false,
+            caller_stdin: false,
         };
         for direct in [false, true] {
             let (mut child, pgid) =
@@ -1362,6 +1393,8 @@ mod tests {
         let supervision = Supervision {
             kill_on_disconnect: true,
             grace: std::time::Duration::from_secs(1),
+            terminal: false,
+            caller_stdin: false,
         };
         for direct in [false, true] {
             let (mut child, pgid) = spawn_supervised("sleep 30 & sleep 30", supervision, direct);

@@ -61,9 +61,11 @@ impl Slot {
     /// pre-started as the login or through `wanted`'s escalation waits for a payload on
     /// stdin). `wanted` is how the command escalates, if it pre-escalates at all: a spare
     /// pre-escalated otherwise is no good for it, and the spares made from now on follow it.
+    /// With `fresh` no spare is taken (a terminal's channel gets its `pty-req` first).
     pub(crate) async fn open_channel(
         &mut self,
         wanted: Option<&SparePlan>,
+        fresh: bool,
     ) -> Result<(russh::Channel<russh::client::Msg>, ChannelCount, SpareKind)> {
         let registry = self.registry.clone();
         let config = &registry.config;
@@ -81,77 +83,79 @@ impl Slot {
         let claim = self.session.claim();
         // A spare first: no round trip. One that turns out unusable is dropped and the next
         // source tried; in the end the command opens a channel of its own.
-        loop {
-            let spare = match self.session.take_spare() {
-                Take::Ready(channel, count) => Some((channel, count)),
-                Take::Wait(handed) => match handed.await {
-                    Ok(channel) => Some((channel, ChannelCount::adopt(self.session.clone()))),
-                    // That spare could not be opened.
-                    Err(_) => None,
-                },
-                Take::Open => None,
-            };
-            let Some((mut spare, mut count)) = spare else {
-                break;
-            };
-            // A spare pre-started before the connection found out that its login shell does
-            // not run the direct form (see `Session::refuse_direct_bootstrap`) is no good,
-            // nor one pre-escalated for another escalation than the command's.
-            let state = if (spare.kind.prestarted()
-                && self.session.direct_bootstrap() != Some(true))
-                || !spare.kind.serves(wanted)
-            {
-                SpareState::Unwanted
-            } else {
-                spare_state(&self.session, &mut spare.channel)
-            };
-            let escalated = matches!(spare.kind, SpareKind::Escalated(_));
-            match state {
-                SpareState::Usable => {}
-                // A pre-escalated shell that ended before its command: the tool refused.
-                SpareState::Gone if escalated => {
-                    self.session.refuse_escalated_spares();
-                    continue;
+        if !fresh {
+            loop {
+                let spare = match self.session.take_spare() {
+                    Take::Ready(channel, count) => Some((channel, count)),
+                    Take::Wait(handed) => match handed.await {
+                        Ok(channel) => Some((channel, ChannelCount::adopt(self.session.clone()))),
+                        // That spare could not be opened.
+                        Err(_) => None,
+                    },
+                    Take::Open => None,
+                };
+                let Some((mut spare, mut count)) = spare else {
+                    break;
+                };
+                // A spare pre-started before the connection found out that its login shell does
+                // not run the direct form (see `Session::refuse_direct_bootstrap`) is no good,
+                // nor one pre-escalated for another escalation than the command's.
+                let state = if (spare.kind.prestarted()
+                    && self.session.direct_bootstrap() != Some(true))
+                    || !spare.kind.serves(wanted)
+                {
+                    SpareState::Unwanted
+                } else {
+                    spare_state(&self.session, &mut spare.channel)
+                };
+                let escalated = matches!(spare.kind, SpareKind::Escalated(_));
+                match state {
+                    SpareState::Usable => {}
+                    // A pre-escalated shell that ended before its command: the tool refused.
+                    SpareState::Gone if escalated => {
+                        self.session.refuse_escalated_spares();
+                        continue;
+                    }
+                    // Closed by the server, or its connection is gone: nothing to hand back.
+                    SpareState::Gone => continue,
+                    SpareState::Talked if escalated => {
+                        // The tool printed before any command (a warning on every run).
+                        self.session.refuse_escalated_spares();
+                        discard_spare(spare, count, config.connect_timeout);
+                        continue;
+                    }
+                    SpareState::Talked if spare.kind.prestarted() => {
+                        // Its login shell printed before any command: rc files that talk.
+                        self.session.note_noisy_login();
+                        discard_spare(spare, count, config.connect_timeout);
+                        continue;
+                    }
+                    SpareState::Talked | SpareState::Unwanted => {
+                        discard_spare(spare, count, config.connect_timeout);
+                        continue;
+                    }
                 }
-                // Closed by the server, or its connection is gone: nothing to hand back.
-                SpareState::Gone => continue,
-                SpareState::Talked if escalated => {
-                    // The tool printed before any command (a warning on every run).
-                    self.session.refuse_escalated_spares();
-                    discard_spare(spare, count, config.connect_timeout);
-                    continue;
-                }
-                SpareState::Talked if spare.kind.prestarted() => {
-                    // Its login shell printed before any command: rc files that talk.
-                    self.session.note_noisy_login();
-                    discard_spare(spare, count, config.connect_timeout);
-                    continue;
-                }
-                SpareState::Talked | SpareState::Unwanted => {
-                    discard_spare(spare, count, config.connect_timeout);
-                    continue;
-                }
-            }
-            {
-                count.take_claim(claim);
-                registry
-                    .counters
-                    .spares_used
-                    .fetch_add(1, Ordering::Relaxed);
-                if spare.kind.prestarted() {
+                {
+                    count.take_claim(claim);
                     registry
                         .counters
-                        .prestarted_used
+                        .spares_used
                         .fetch_add(1, Ordering::Relaxed);
+                    if spare.kind.prestarted() {
+                        registry
+                            .counters
+                            .prestarted_used
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                    if escalated {
+                        registry
+                            .counters
+                            .escalated_spares_used
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                    replenish(&self.session, &registry);
+                    return Ok((spare.channel, count, spare.kind));
                 }
-                if escalated {
-                    registry
-                        .counters
-                        .escalated_spares_used
-                        .fetch_add(1, Ordering::Relaxed);
-                }
-                replenish(&self.session, &registry);
-                return Ok((spare.channel, count, spare.kind));
             }
         }
         let session = self.session.clone();

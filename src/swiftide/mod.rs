@@ -171,6 +171,7 @@ impl ToolExecutor for SshExecutor {
                 let options = ExecOptions {
                     current_dir: current_dir.clone(),
                     timeout: *timeout,
+                    ..ExecOptions::default()
                 };
                 let mut forward = |chunk: &OutputChunk| output(&to_swiftide(chunk));
                 let execution = self
