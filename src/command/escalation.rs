@@ -359,6 +359,8 @@ pub(crate) fn classify(
         "operation not permitted",
         "permission denied",
         "not permitted",
+        // opendoas without a configuration file: nobody may use it.
+        "doas is not enabled",
     ]) {
         BecomeFailure::NotAllowed
     } else if has(&[
@@ -586,6 +588,12 @@ mod tests {
             (
                 BecomeMethod::Doas,
                 "doas: Operation not permitted",
+                Some(1),
+                BecomeFailure::NotAllowed,
+            ),
+            (
+                BecomeMethod::Doas,
+                "doas: doas is not enabled, /etc/doas.conf: No such file or directory",
                 Some(1),
                 BecomeFailure::NotAllowed,
             ),
