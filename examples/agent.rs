@@ -1,6 +1,7 @@
 //! Gives a swiftide agent tools that act on a remote host through the SSH executor (a shell,
-//! files, and jobs: commands that outlive the call), and calls them as a model would, so no
-//! LLM key is needed.
+//! files, jobs: commands that outlive the call, and terminals: a REPL or a prompt driven
+//! with text and keys and read as a screen), and calls them as a model would, so no LLM key
+//! is needed.
 //!
 //! Run this example with:
 //!
@@ -12,7 +13,8 @@
 //! `openssh-server`). To use a real host, name it as in `~/.ssh/config` (user, port, keys and
 //! known_hosts come from there). The example works in `agent-demo/` below the login
 //! directory (and refuses to start if it exists), and removes it and its two jobs
-//! (`agent-demo-build`, `agent-demo-server`) at the end:
+//! (`agent-demo-build`, `agent-demo-server`) at the end; its terminals (`python3 -q`, a
+//! `read -p` prompt) are closed by the calls themselves, or killed when the tools drop:
 //!
 //! ```sh
 //! cargo run --ignore-rust-version --example agent -- build-1
@@ -27,7 +29,7 @@ use swiftide_core::{
     AgentContext, Command, CommandError,
     chat_completion::{Tool, ToolCall, ToolOutput, ToolSpec, errors::ToolError},
 };
-use swiftide_ssh_executor::{JobTools, SshExecutor};
+use swiftide_ssh_executor::{JobTools, SshExecutor, TerminalTools};
 use swiftide_ssh_testbed::Testbed;
 
 /// A tool that turns the model's JSON arguments (all strings) into one swiftide `Command` and
@@ -131,6 +133,9 @@ async fn main() -> Result<(), Error> {
     ];
     // start_job, job_output, job_status, kill_job, list_jobs: the crate's own tools.
     tools.extend(JobTools::new(executor.clone()).tools());
+    // open_terminal, terminal_send, terminal_screen, close_terminal, list_terminals: the
+    // crate's own too. The terminals they open live as long as these tools.
+    tools.extend(TerminalTools::new(executor.clone()).tools());
 
     // Tool calls as a model emits them: a tool name, then its arguments as a JSON string.
     let calls = [
@@ -151,6 +156,22 @@ async fn main() -> Result<(), Error> {
         r#"start_job {"command": "echo serving; sleep 600", "id": "agent-demo-server"}"#,
         r#"kill_job {"id": "agent-demo-server"}"#,
         r#"list_jobs {}"#,
+        // A REPL in a terminal: type, press Enter, wait for the answer on the screen.
+        r#"open_terminal {"command": "python3 -q"}"#,
+        r#"terminal_send {"id": "term-1", "text": "6*7", "keys": ["Enter"], "wait_for": "^42$"}"#,
+        r#"terminal_send {"id": "term-1", "text": "for i in range(3): print('row', i)", "keys": ["Enter", "Enter"], "wait_for": "^row 2$"}"#,
+        // Something slow: the wait ends when the screen goes quiet; Ctrl-C interrupts it.
+        r#"terminal_send {"id": "term-1", "text": "import time; time.sleep(60)", "keys": ["Enter"], "quiet_ms": 500}"#,
+        r#"terminal_send {"id": "term-1", "keys": ["Ctrl-C"], "wait_for": "^KeyboardInterrupt$"}"#,
+        r#"terminal_send {"id": "term-1", "keys": ["Hyper-Q"]}"#,
+        r#"list_terminals {}"#,
+        r#"close_terminal {"id": "term-1"}"#,
+        // A command that asks before it acts, answered as a person would.
+        r#"open_terminal {"command": "read -p 'Deploy to production? [y/N] ' answer; echo \"answer: $answer\"; sleep 30", "cols": 60, "rows": 6}"#,
+        r#"terminal_send {"id": "term-2", "text": "y", "keys": ["Enter"], "wait_for": "^answer: y$"}"#,
+        r#"terminal_screen {"id": "term-2", "wait_for": "never shown", "timeout_secs": 0.5}"#,
+        r#"close_terminal {"id": "term-2"}"#,
+        r#"terminal_screen {"id": "term-2"}"#,
     ];
     // The cursor the last job_output returned, passed back as a model would.
     let mut cursor = String::new();

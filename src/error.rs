@@ -638,6 +638,21 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// The message with its causes, `outer: inner: innermost` (for records and tool text,
+    /// where the chain would otherwise be lost).
+    pub(crate) fn with_causes(&self) -> String {
+        let mut text = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(cause) = source {
+            text.push_str(": ");
+            text.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        text
+    }
+}
+
 /// The SFTP status codes a failed file operation can carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]

@@ -42,6 +42,11 @@
 //!   password only on the channel at the tool's random prompt, kills that still take the
 //!   whole group, atomic writes that keep owner and mode, typed
 //!   [`Error::BecomeFailed`] results ([`BecomeFailure`]).
+//! * **Stdin, terminals:** [`ExecOptions::stdin`], [`SshExecutor::spawn`] ([`Process`]: write
+//!   stdin, read output as it arrives), [`ExecOptions::pty`] ([`Pty`]), and
+//!   [`SshExecutor::open_terminal`]: a [`Terminal`] whose [`Screen`] an agent reads as text,
+//!   driven with [`Key`]s, also as agent tools ([`TerminalTools`], and in the bamboo and MCP
+//!   adapters); jobs with stdin ([`Job::write_stdin`]).
 //! * **Pooling:** commands share connections through channels ([`PoolStats`]); a command is
 //!   sent at most once.
 //! * **Fleets:** [`Fleet`] runs one command on many hosts: node sets, Ansible inventories,
@@ -121,6 +126,7 @@ pub use jobs::{
 };
 pub use pool::PoolStats;
 pub use swiftide::JobTools;
+pub use swiftide::TerminalTools;
 pub use terminals::{Key, KeyParseError, Screen, Terminal, TerminalOptions, Until, Waited};
 
 // For the crate's own benchmarks (examples/bench); hidden, so not covered by semver (see

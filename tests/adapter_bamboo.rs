@@ -59,7 +59,12 @@ async fn schemas_and_classification_follow_bamboo() {
             "Write",
             "Glob",
             "Grep",
-            "GetFileInfo"
+            "GetFileInfo",
+            "open_terminal",
+            "terminal_send",
+            "terminal_screen",
+            "close_terminal",
+            "list_terminals"
         ]
     );
     for schema in &schemas {
@@ -92,6 +97,22 @@ async fn schemas_and_classification_follow_bamboo() {
         // bamboo's own name-based classification agrees.
         assert_eq!(bamboo_agent_core::classify_tool(name), mutability, "{name}");
     }
+    // The terminal tools, which bamboo does not know: reading a screen changes nothing.
+    for (name, mutability, parallel) in [
+        ("terminal_screen", ToolMutability::ReadOnly, true),
+        ("list_terminals", ToolMutability::ReadOnly, true),
+        ("open_terminal", ToolMutability::Mutating, false),
+        ("terminal_send", ToolMutability::Mutating, false),
+        ("close_terminal", ToolMutability::Mutating, false),
+    ] {
+        let c = call(name, "{}");
+        assert_eq!(tools.call_mutability(&c), mutability, "{name}");
+        assert_eq!(tools.call_concurrency_safe(&c), parallel, "{name}");
+    }
+    let send = &schemas[9].function.parameters;
+    assert_eq!(send["required"], serde_json::json!(["id"]), "{send}");
+    assert!(send["properties"]["keys"].is_object(), "{send}");
+    assert!(send.get("$schema").is_none(), "{send}");
 }
 
 #[tokio::test]
@@ -203,6 +224,10 @@ async fn bad_arguments_are_invalid_arguments() {
         ("Grep", r#"{"pattern": "x", "output_mode": "lines"}"#),
         ("Glob", r#"{"pattern": "a**"}"#),
         ("GetFileInfo", r#"{"path": ""}"#),
+        ("open_terminal", r#"{"shell": "sh"}"#),
+        ("terminal_send", r#"{"text": "ls"}"#),
+        ("terminal_screen", r#"{"id": 1}"#),
+        ("close_terminal", "{}"),
     ] {
         match tools.execute(&call(name, args)).await {
             Err(ToolError::InvalidArguments(message)) => assert!(!message.is_empty()),
@@ -482,4 +507,166 @@ async fn background_bash_runs_as_a_job_with_bashoutput_and_killshell() {
             .await
             .unwrap();
     }
+}
+
+/// The rows of the screen in a terminal tool's text (everything after the `[screen ...]`
+/// header line).
+fn screen_rows(text: &str) -> Vec<&str> {
+    let mut lines = text.lines();
+    assert!(
+        lines.by_ref().any(|line| line.starts_with("[screen ")),
+        "no screen in {text:?}"
+    );
+    lines.collect()
+}
+
+/// Waits until a process matching `pattern` runs on the host.
+async fn running(pattern: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while common::remote_processes(pattern).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{pattern} never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn terminals_start_in_the_workspace_and_are_driven_with_text_and_keys() {
+    let (_testbed, dir, tools) = setup().await;
+    let workspace = std::fs::canonicalize(dir.path()).unwrap();
+    let run = |name: &'static str, args: Value| {
+        let tools = tools.clone();
+        async move {
+            tools
+                .execute(&call(name, &args.to_string()))
+                .await
+                .unwrap_or_else(|e| panic!("{name} {args}: {e:?}"))
+        }
+    };
+    let opened = run(
+        "open_terminal",
+        serde_json::json!({"command": "PS1='$ ' exec /bin/sh -i", "cols": 120}),
+    )
+    .await;
+    assert!(opened.success, "{}", opened.result);
+    assert!(
+        opened
+            .result
+            .starts_with("terminal term-1 opened (120x24): "),
+        "{}",
+        opened.result
+    );
+    assert_eq!(screen_rows(&opened.result), ["$"], "{}", opened.result);
+    let sent = run(
+        "terminal_send",
+        serde_json::json!({"id": "term-1", "text": "cd src && pwd", "keys": ["Enter"],
+                           "wait_for": "^\\$$"}),
+    )
+    .await;
+    assert!(sent.success, "{}", sent.result);
+    assert_eq!(
+        screen_rows(&sent.result),
+        [
+            "$ cd src && pwd",
+            workspace.join("src").display().to_string().as_str(),
+            "$"
+        ],
+        "{}",
+        sent.result
+    );
+    let screen = run(
+        "terminal_screen",
+        serde_json::json!({"id": "term-1", "quiet_ms": 50}),
+    )
+    .await;
+    assert!(
+        screen
+            .result
+            .starts_with("terminal term-1: the screen is quiet (no change for 50 ms)"),
+        "{}",
+        screen.result
+    );
+    // A relative working_directory is the workspace's.
+    let nested = run(
+        "open_terminal",
+        serde_json::json!({"command": "pwd; exec cat", "working_directory": "src/nested"}),
+    )
+    .await;
+    assert_eq!(
+        screen_rows(&nested.result)[0],
+        workspace.join("src/nested").display().to_string(),
+        "{}",
+        nested.result
+    );
+    let listed = run("list_terminals", serde_json::json!({})).await;
+    assert_eq!(
+        listed.result,
+        "2 of at most 8 terminals open:\nterm-1: running, 120x24, command \"PS1='$ ' exec \
+         /bin/sh -i\"\nterm-2: running, 80x24, command \"pwd; exec cat\""
+    );
+
+    // The model's mistakes are failed results it reads.
+    let bad_key = run(
+        "terminal_send",
+        serde_json::json!({"id": "term-1", "keys": ["Ctrl-%"]}),
+    )
+    .await;
+    assert!(!bad_key.success);
+    assert!(
+        bad_key.result.contains("Nothing was sent"),
+        "{}",
+        bad_key.result
+    );
+    let unknown = run("close_terminal", serde_json::json!({"id": "term-5"})).await;
+    assert!(!unknown.success);
+    assert!(
+        unknown.result.starts_with("no terminal \"term-5\""),
+        "{}",
+        unknown.result
+    );
+
+    // Closing kills what runs in the terminal; the other terminals die with the executor.
+    let t = common::token();
+    let pattern = format!("sleep 307{t}");
+    run(
+        "terminal_send",
+        serde_json::json!({"id": "term-1", "text": pattern, "keys": ["Enter"]}),
+    )
+    .await;
+    running(&pattern).await;
+    let closed = run("close_terminal", serde_json::json!({"id": "term-1"})).await;
+    assert!(closed.success, "{}", closed.result);
+    assert!(
+        closed
+            .result
+            .starts_with("terminal term-1 closed: its session was killed; "),
+        "{}",
+        closed.result
+    );
+    assert!(
+        common::wait_until_gone(&pattern, Duration::from_secs(10))
+            .await
+            .is_empty()
+    );
+    let last = format!("sleep 308{t}");
+    run(
+        "terminal_send",
+        serde_json::json!({"id": "term-2", "keys": ["Ctrl-D"]}),
+    )
+    .await;
+    run(
+        "open_terminal",
+        serde_json::json!({"command": format!("echo up; {last}")}),
+    )
+    .await;
+    running(&last).await;
+    drop(tools);
+    assert!(
+        common::wait_until_gone(&last, Duration::from_secs(10))
+            .await
+            .is_empty(),
+        "a terminal survived the executor"
+    );
 }

@@ -810,7 +810,20 @@ fn dropbear(sftp: bool) -> Testbed {
 }
 
 async fn dropbear_row(sftp: bool) {
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_test_writer()
+        .try_init();
     let tb = dropbear(sftp);
+    struct Dump<'a>(&'a swiftide_ssh_testbed::Testbed);
+    impl Drop for Dump<'_> {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                eprintln!("DROPBEAR LOG\n{}", self.0.sshd_log());
+            }
+        }
+    }
+    let _dump = Dump(&tb);
     let ex = builder(&tb).build().await.unwrap();
     life_of_a_job(&ex).await;
     let t = token();
@@ -933,6 +946,10 @@ async fn docker_start(
 /// disconnect and a paused container, reattached from a new executor; the spool cap's
 /// edges in the container's tools.
 async fn docker_row(image: swiftide_ssh_testbed::DockerImage) {
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_test_writer()
+        .try_init();
     let mut tb = docker_start(image).await;
     let ex = docker_builder(&tb).build().await.unwrap();
     life_of_a_job(&ex).await;
@@ -1549,4 +1566,136 @@ async fn a_job_laid_out_by_an_earlier_build_is_reattached_and_not_started_again(
     assert_eq!(read_all(&again, JobStream::Stdout, 1024).await, b"out\n");
     assert_eq!(std::fs::read_to_string(&marker).unwrap(), "run\n");
     again.remove().await.unwrap();
+}
+
+/// Set in the environment of the child process of
+/// [`a_job_reads_stdin_written_by_two_client_processes_exactly_once`].
+const STDIN_CHILD_ENV: &str = "SWIFTIDE_SSH_JOBS_STDIN_CHILD";
+
+#[tokio::test]
+async fn a_job_reads_stdin_written_by_two_client_processes_exactly_once() {
+    if let Ok(spec) = std::env::var(STDIN_CHILD_ENV) {
+        // The second client: reattach by id, write, say so.
+        let fields: Vec<&str> = spec.split('\u{1f}').collect();
+        let [host, port, user, key, known_hosts, id] = fields[..] else {
+            panic!("bad child spec {spec:?}");
+        };
+        let ex = SshExecutor::builder()
+            .host(host)
+            .port(port.parse().unwrap())
+            .user(user)
+            .private_key_file(key)
+            .known_hosts_file(known_hosts)
+            .build()
+            .await
+            .unwrap();
+        let number = ex
+            .job(id)
+            .await
+            .unwrap()
+            .write_stdin("two\n")
+            .await
+            .unwrap();
+        println!("WROTE {number}");
+        return;
+    }
+    for (name, builder) in [
+        ("openssh", Testbed::builder()),
+        ("dropbear", Testbed::builder().dropbear()),
+        (
+            "busybox ash",
+            Testbed::builder().login_shell(LoginShell::BusyboxAsh),
+        ),
+    ] {
+        let tb = builder.start().unwrap();
+        let ex = executor(&tb).await;
+        let id = format!("stdin-{}", token());
+        let job = ex
+            .spawn_job(
+                "while IFS= read -r l; do echo \"got $l\"; done; echo eof",
+                JobOptions::new().id(&id).stdin(true),
+            )
+            .await
+            .unwrap();
+        assert_eq!(job.write_stdin("one\n").await.unwrap(), 0, "{name}");
+        let spec = [
+            tb.host(),
+            tb.port().to_string(),
+            tb.user().to_owned(),
+            tb.private_key_path().display().to_string(),
+            tb.known_hosts_path().display().to_string(),
+            id.clone(),
+        ]
+        .join("\u{1f}");
+        let child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "a_job_reads_stdin_written_by_two_client_processes_exactly_once",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(STDIN_CHILD_ENV, spec)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .output()
+            .unwrap();
+        assert!(
+            String::from_utf8_lossy(&child.stdout).contains("WROTE 1"),
+            "{name}: {:?}",
+            String::from_utf8_lossy(&child.stdout)
+        );
+        assert_eq!(job.write_stdin("three\n").await.unwrap(), 2, "{name}");
+        // The job reads them as they come, before its stdin closes.
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let out = job.read(JobStream::Stdout, 0, 1 << 20).await.unwrap();
+            if out.bytes.as_ref() == b"got one\ngot two\ngot three\n" {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name}: {:?}",
+                String::from_utf8_lossy(&out.bytes)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(
+            matches!(job.status().await.unwrap(), JobStatus::Running { .. }),
+            "{name}"
+        );
+        job.close_stdin().await.unwrap();
+        job.close_stdin().await.unwrap();
+        assert_eq!(
+            job.wait(Duration::from_secs(15)).await.unwrap(),
+            JobStatus::Exited(ExitStatus::Code(0)),
+            "{name}"
+        );
+        assert_eq!(
+            read_all(&job, JobStream::Stdout, 1 << 20).await,
+            b"got one\ngot two\ngot three\neof\n",
+            "{name}"
+        );
+        assert!(
+            matches!(
+                job.write_stdin("late\n").await,
+                Err(Error::JobFailed { .. })
+            ),
+            "{name}: a write after close"
+        );
+        // A job started without stdin reads /dev/null and takes no writes.
+        let plain = ex
+            .spawn_job("cat; echo done", JobOptions::new())
+            .await
+            .unwrap();
+        assert!(
+            matches!(plain.write_stdin("x").await, Err(Error::JobFailed { .. })),
+            "{name}"
+        );
+        assert_eq!(
+            plain.wait(Duration::from_secs(15)).await.unwrap(),
+            JobStatus::Exited(ExitStatus::Code(0))
+        );
+        job.remove().await.unwrap();
+        plain.remove().await.unwrap();
+    }
 }

@@ -67,6 +67,7 @@ async fn every_tool_works_through_rmcp_and_the_root_holds() {
     assert_eq!(
         names,
         [
+            "close_terminal",
             "file_info",
             "glob",
             "grep",
@@ -75,9 +76,13 @@ async fn every_tool_works_through_rmcp_and_the_root_holds() {
             "kill_job",
             "list_directory",
             "list_jobs",
+            "list_terminals",
+            "open_terminal",
             "read_file",
             "run_command",
             "start_job",
+            "terminal_screen",
+            "terminal_send",
             "write_file"
         ]
     );
@@ -379,7 +384,11 @@ async fn a_dead_host_is_a_clear_tool_error() {
         assert!(message.contains(&expected), "{tool}: {message}");
         assert!(message.contains("refused"), "{tool}: {message}");
     }
-    assert_eq!(client.list_all_tools().await.unwrap().len(), 12);
+    // A terminal cannot start: the same reason, as an error result.
+    let result = call(&client, "open_terminal", json!({})).await;
+    assert!(is_error(&result), "{result:?}");
+    assert!(text(&result).contains(&expected), "{result:?}");
+    assert_eq!(client.list_all_tools().await.unwrap().len(), 17);
     client.cancel().await.unwrap();
 }
 
@@ -531,4 +540,193 @@ async fn jobs_start_poll_by_cursor_wait_kill_and_list_through_mcp() {
     for id in [build, server] {
         executor.job(&id).await.unwrap().remove().await.unwrap();
     }
+}
+
+/// The rows of the screen in a terminal tool's text (everything after the `[screen ...]`
+/// header line).
+fn screen_rows(text: &str) -> Vec<&str> {
+    let mut lines = text.lines();
+    assert!(
+        lines.by_ref().any(|line| line.starts_with("[screen ")),
+        "no screen in {text:?}"
+    );
+    lines.collect()
+}
+
+#[tokio::test]
+async fn terminals_open_type_read_wait_and_close_through_mcp() {
+    let tb = testbed();
+    let (client, root, _dir) = rooted_server(&tb).await;
+    let tools = client.list_all_tools().await.unwrap();
+    let schema = |name: &str| {
+        let tool = tools.iter().find(|tool| tool.name == name).unwrap();
+        serde_json::to_value(&*tool.input_schema).unwrap()
+    };
+    assert_eq!(schema("terminal_send")["required"], json!(["id"]));
+    assert!(schema("terminal_send")["properties"]["keys"].is_object());
+    assert!(schema("terminal_screen")["properties"]["scrollback_lines"].is_object());
+
+    // Under the root, in a directory below it; the id comes structured too.
+    std::fs::create_dir(root.join("sub")).unwrap();
+    let opened = call(
+        &client,
+        "open_terminal",
+        json!({"command": "PS1='$ ' exec /bin/sh -i", "working_directory": "sub"}),
+    )
+    .await;
+    assert!(!is_error(&opened), "{opened:?}");
+    assert_eq!(opened.structured_content.as_ref().unwrap()["id"], "term-1");
+    let body = text(&opened);
+    assert!(
+        body.starts_with("terminal term-1 opened (80x24): command \"PS1='$ ' exec /bin/sh -i\"\n"),
+        "{body}"
+    );
+    assert_eq!(screen_rows(&body), ["$"], "{body}");
+    let sent = call(
+        &client,
+        "terminal_send",
+        json!({"id": "term-1", "text": "pwd; echo $((6*7))", "keys": ["Enter"], "wait_for": "^42$"}),
+    )
+    .await;
+    assert!(!is_error(&sent), "{sent:?}");
+    let body = text(&sent);
+    assert!(body.contains(r#"wait_for "^42$" matched"#), "{body}");
+    assert_eq!(
+        screen_rows(&body)[1..3],
+        [root.join("sub").display().to_string().as_str(), "42"],
+        "{body}"
+    );
+
+    // A cancelled wait ends the call; the terminal stays open and usable.
+    let t = token();
+    let pattern = format!("sleep 304{t}");
+    let params = CallToolRequestParams::new("terminal_send").with_arguments(args(json!({
+        "id": "term-1", "text": pattern, "keys": ["Enter"], "wait_for": "never", "timeout_secs": 60
+    })));
+    let handle = client
+        .send_cancellable_request(
+            ClientRequest::CallToolRequest(Request::new(params)),
+            PeerRequestOptions::no_options(),
+        )
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while remote_processes(&pattern).is_empty() {
+        assert!(Instant::now() < deadline, "the sleep never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    client
+        .notify_cancelled(CancelledNotificationParam::new(
+            Some(handle.id.clone()),
+            Some("test".to_owned()),
+        ))
+        .await
+        .unwrap();
+    let interrupted = call(
+        &client,
+        "terminal_send",
+        json!({"id": "term-1", "keys": ["Ctrl-C"], "wait_for": "^\\$$"}),
+    )
+    .await;
+    assert!(text(&interrupted).contains("matched"), "{interrupted:?}");
+    assert!(
+        wait_until_gone(&pattern, Duration::from_secs(10))
+            .await
+            .is_empty()
+    );
+    let screen = call(&client, "terminal_screen", json!({"id": "term-1"})).await;
+    assert!(
+        text(&screen).starts_with("terminal term-1: the program is running\n[screen 24 rows"),
+        "{screen:?}"
+    );
+    let listed = call(&client, "list_terminals", json!({})).await;
+    assert_eq!(
+        text(&listed),
+        "1 of at most 8 terminals open:\nterm-1: running, 80x24, command \"PS1='$ ' exec \
+         /bin/sh -i\""
+    );
+
+    // Mistakes are error results; the root holds for the terminal's directory.
+    for (tool, arguments, expected) in [
+        (
+            "open_terminal",
+            json!({"working_directory": "/"}),
+            "outside the root",
+        ),
+        (
+            "terminal_send",
+            json!({"id": "term-1", "keys": ["Hyper-X"]}),
+            "Nothing was sent",
+        ),
+        (
+            "terminal_screen",
+            json!({"id": "term-1", "wait_for": "["}),
+            "not a valid regular expression",
+        ),
+        ("terminal_screen", json!({"id": "term-7"}), "no terminal"),
+    ] {
+        let refused = call(&client, tool, arguments.clone()).await;
+        assert!(is_error(&refused), "{tool} {arguments}: {refused:?}");
+        assert!(
+            text(&refused).contains(expected),
+            "{tool} {arguments}: {}",
+            text(&refused)
+        );
+    }
+
+    // close_terminal kills the whole session, a command still running in it included.
+    let killed = format!("sleep 305{t}");
+    call(
+        &client,
+        "terminal_send",
+        json!({"id": "term-1", "text": killed, "keys": ["Enter"]}),
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while remote_processes(&killed).is_empty() {
+        assert!(Instant::now() < deadline, "the sleep never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let closed = call(&client, "close_terminal", json!({"id": "term-1"})).await;
+    assert!(!is_error(&closed), "{closed:?}");
+    assert!(
+        text(&closed).starts_with("terminal term-1 closed: its session was killed; "),
+        "{closed:?}"
+    );
+    assert!(
+        wait_until_gone(&killed, Duration::from_secs(10))
+            .await
+            .is_empty()
+    );
+    let gone = call(
+        &client,
+        "terminal_send",
+        json!({"id": "term-1", "text": "x"}),
+    )
+    .await;
+    assert!(
+        is_error(&gone) && text(&gone).contains("was closed"),
+        "{gone:?}"
+    );
+
+    // The client going away ends the server, which kills the terminals still open.
+    let last = format!("sleep 306{t}");
+    call(
+        &client,
+        "open_terminal",
+        json!({"command": format!("echo up; {last}")}),
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while remote_processes(&last).is_empty() {
+        assert!(Instant::now() < deadline, "the sleep never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    client.cancel().await.unwrap();
+    assert!(
+        wait_until_gone(&last, Duration::from_secs(10))
+            .await
+            .is_empty(),
+        "a terminal survived the server"
+    );
 }

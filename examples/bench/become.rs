@@ -185,7 +185,7 @@ fn cpu_now(masters: &[u32]) -> (f64, f64) {
 }
 
 /// A command line as it would be typed (arguments with shell syntax in single quotes).
-fn shell_line(cmd: &Command) -> String {
+pub fn shell_line(cmd: &Command) -> String {
     let quote = |s: &str| {
         if !s.is_empty()
             && s.chars()
@@ -373,7 +373,7 @@ fn stop_master(socket: &Path, destination: &str, pid: Option<u32>) {
 
 /// Waits up to 2 s for `pid` to exit, then sends it SIGKILL (it is a process this scenario
 /// started: a ControlMaster).
-fn wait_gone(pid: u32) -> bool {
+pub fn wait_gone(pid: u32) -> bool {
     let alive = || {
         std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
             !s.rsplit_once(')')

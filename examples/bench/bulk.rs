@@ -226,7 +226,7 @@ pub fn streaming(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
 }
 
 /// Deterministic pseudo-random bytes (xorshift64*), fast and incompressible.
-fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
+pub fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed | 1;
     let mut out = Vec::with_capacity(len + 8);
     while out.len() < len {

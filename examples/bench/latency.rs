@@ -337,7 +337,7 @@ pub fn warm(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
 }
 
 /// Writes a known_hosts file that vouches for the testbed's key at the proxy's port.
-fn proxy_known_hosts(ctx: &Ctx, proxy: SocketAddr) -> anyhow::Result<std::path::PathBuf> {
+pub fn proxy_known_hosts(ctx: &Ctx, proxy: SocketAddr) -> anyhow::Result<std::path::PathBuf> {
     let path = ctx
         .local
         .path()

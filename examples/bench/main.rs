@@ -10,7 +10,7 @@
 //! ```
 //!
 //! Scenarios: latency, throughput, streaming, files, stream_files, coldstart, memory, slowlink,
-//! fleet, jobs, fleet10k, ssh_config, become.
+//! fleet, jobs, fleet10k, ssh_config, become, terminals.
 //! Peers: raw russh (the floor), the OpenSSH client (cold, ControlMaster, scp, sftp, tar pipe)
 //! and Python asyncssh (installed into a venv under `target/bench/` on first use); for the fleet
 //! scenario also parallel-ssh (Debian `pssh`) and Ansible (`ansible-core`, venv under `target/bench/`).
@@ -31,6 +31,7 @@ mod raw;
 mod report;
 mod ssh_config;
 mod stats;
+mod terminals;
 
 use std::{
     path::PathBuf,
@@ -61,6 +62,7 @@ pub const SCENARIOS: &[&str] = &[
     "fleet10k",
     "ssh_config",
     "become",
+    "terminals",
 ];
 
 /// Everything a scenario needs.
@@ -227,6 +229,7 @@ fn run(args: &[String]) -> anyhow::Result<()> {
             "fleet10k" => fleet::fleet10k(&mut ctx, &mut report),
             "ssh_config" => ssh_config::ssh_config(&mut ctx, &mut report),
             "become" => r#become::become_root(&mut ctx, &mut report),
+            "terminals" => terminals::terminals(&mut ctx, &mut report),
             _ => unreachable!(),
         };
         if let Err(e) = result {

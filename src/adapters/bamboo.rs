@@ -8,7 +8,8 @@
 //!   [`ToolError::NotFound`].
 //! * `Bash` streams its output as [`AgentEvent::ToolToken`] through the context's
 //!   `event_tx`; dropping the future kills the remote process group. Interactive shells
-//!   (`interactive`) are not available.
+//!   (`interactive`) are not available in `Bash`: the terminal tools (below) run
+//!   interactive programs.
 //! * `Bash` with `run_in_background: true` starts the command as a job on the host
 //!   ([`SshExecutor::spawn_job`]): it outlives the call, the connection and the agent. The
 //!   outcome is bamboo's [`ToolOutcome::Running`] (from
@@ -23,9 +24,16 @@
 //!   reached; passing that `cursor` back reads from there again (nothing is consumed on the
 //!   host, so another executor or a restarted agent can read everything). `KillShell`
 //!   (`shell_id`) kills the job's whole process group. Both work for any job on the host.
-//! * `call_mutability` / `call_concurrency_safe`: `Read`, `Glob`, `Grep`, `GetFileInfo` and
-//!   `BashOutput` are read-only and may run in parallel; `Bash`, `Write`, `KillShell` and
-//!   unknown names are mutating.
+//! * Terminals, for what needs a keyboard (REPLs, prompts, full-screen programs):
+//!   `open_terminal`, `terminal_send`, `terminal_screen`, `close_terminal` and
+//!   `list_terminals`, with the arguments and texts of every door (the crate's shared terminal
+//!   tools; bamboo has no terminal tools of its own). A terminal starts in the workspace
+//!   (`working_directory` relative to it); the executor and its clones share the open
+//!   terminals (at most 8), and dropping the last of them kills every one still open.
+//! * `call_mutability` / `call_concurrency_safe`: `Read`, `Glob`, `Grep`, `GetFileInfo`,
+//!   `BashOutput`, `terminal_screen` and `list_terminals` are read-only and may run in
+//!   parallel; `Bash`, `Write`, `KillShell`, the other terminal tools and unknown names are
+//!   mutating.
 //! * Permission checks keep bamboo's defaults (this executor adds no gate of its own).
 //! * Relative paths resolve against the workspace given to [`SshToolExecutor::new`].
 //! * `Glob` and `Grep` walk the tree remotely with `find`; they do not apply `.gitignore`
@@ -61,6 +69,11 @@ use crate::{
             start_job,
         },
     },
+    terminals::tools::{
+        CLOSE_TERMINAL_ABOUT, CloseTerminalArgs, LIST_TERMINALS_ABOUT, ListTerminalsArgs,
+        OPEN_TERMINAL_ABOUT, OpenTerminalArgs, TERMINAL_SCREEN_ABOUT, TERMINAL_SEND_ABOUT,
+        TerminalScreenArgs, TerminalSendArgs, TerminalSet, TerminalToolError,
+    },
 };
 
 const DEFAULT_TIMEOUT_MS: u64 = 120_000;
@@ -79,7 +92,15 @@ const WATCH_INTERVAL: Duration = Duration::from_secs(2);
 /// Failed state reads in a row after which the watcher reports an error.
 const WATCH_FAILURES: u32 = 5;
 
-const READ_ONLY: &[&str] = &["Read", "Glob", "Grep", "GetFileInfo", "BashOutput"];
+const READ_ONLY: &[&str] = &[
+    "Read",
+    "Glob",
+    "Grep",
+    "GetFileInfo",
+    "BashOutput",
+    "terminal_screen",
+    "list_terminals",
+];
 const TOOL_NAMES: &[&str] = &[
     "Bash",
     "BashOutput",
@@ -89,6 +110,11 @@ const TOOL_NAMES: &[&str] = &[
     "Glob",
     "Grep",
     "GetFileInfo",
+    "open_terminal",
+    "terminal_send",
+    "terminal_screen",
+    "close_terminal",
+    "list_terminals",
 ];
 
 /// bamboo's built-in shell and file tools on a remote host.
@@ -108,12 +134,15 @@ pub struct SshToolExecutor {
     workspace: PathBuf,
     /// Where each background shell's `BashOutput` continues (shared by clones).
     cursors: Arc<Mutex<HashMap<String, JobCursor>>>,
+    /// The open terminals (shared by clones; the last one dropped kills them).
+    terminals: Arc<TerminalSet>,
 }
 
 impl SshToolExecutor {
     /// Tools on `executor`'s host; relative paths and `Bash` run in `workspace`.
     pub fn new(executor: SshExecutor, workspace: impl Into<PathBuf>) -> Self {
         Self {
+            terminals: Arc::new(TerminalSet::new(executor.clone())),
             executor,
             workspace: workspace.into(),
             cursors: Arc::default(),
@@ -166,6 +195,27 @@ fn failed(error: &Error) -> Result<ToolResult, ToolError> {
         }),
         _ => Err(ToolError::Execution(error.to_string())),
     }
+}
+
+/// The result of a terminal tool: its text, a failed result the model can act on, or an
+/// execution error when the host could not give a terminal.
+fn terminal_result(result: Result<String, TerminalToolError>) -> Result<ToolResult, ToolError> {
+    match result {
+        Ok(answer) => Ok(text(true, answer)),
+        Err(TerminalToolError::Model(message)) => Ok(text(false, message)),
+        Err(TerminalToolError::Host(message)) => Err(ToolError::Execution(message)),
+    }
+}
+
+/// A schema of the arguments every door shares (schemars', as the swiftide and MCP doors
+/// send it), without the `$schema` and `title` keys bamboo's own schemas do not have.
+fn shared_schema(name: &str, description: &str, schema: schemars::Schema) -> ToolSchema {
+    let mut parameters = schema.to_value();
+    if let Some(object) = parameters.as_object_mut() {
+        object.remove("$schema");
+        object.remove("title");
+    }
+    self::schema(name, description, parameters)
 }
 
 fn text(success: bool, result: impl Into<String>) -> ToolResult {
@@ -307,7 +357,8 @@ impl SshToolExecutor {
         }
         if args.interactive == Some(true) {
             return Err(ToolError::InvalidArguments(
-                "interactive is not available over SSH: omit it, or use run_in_background"
+                "interactive is not available in Bash over SSH: omit it, use run_in_background, \
+                 or run an interactive program with open_terminal and terminal_send"
                     .to_owned(),
             ));
         }
@@ -798,6 +849,26 @@ impl SshToolExecutor {
         Ok(text(true, rows.join("\n")))
     }
 
+    /// `open_terminal`: in the workspace, or in `working_directory` relative to it.
+    async fn open_terminal(&self, args: Value) -> Result<ToolResult, ToolError> {
+        let args: OpenTerminalArgs = parse("open_terminal", args)?;
+        let (command, mut options) = match args.into_options() {
+            Ok(opened) => opened,
+            Err(error) => return terminal_result(Err(error)),
+        };
+        options.current_dir = Some(match options.current_dir.take() {
+            Some(dir) if dir.is_absolute() => dir,
+            Some(dir) => self.workspace.join(dir),
+            None => self.workspace.clone(),
+        });
+        terminal_result(
+            self.terminals
+                .open(command, options)
+                .await
+                .map(|(_, answer)| answer),
+        )
+    }
+
     async fn file_info(&self, args: Value) -> Result<ToolResult, ToolError> {
         let args: InfoArgs = parse("GetFileInfo", args)?;
         require_path("path", &args.path)?;
@@ -974,6 +1045,14 @@ impl ToolExecutor for SshToolExecutor {
             "Glob" => self.glob(args).await,
             "Grep" => self.grep(args).await,
             "GetFileInfo" => self.file_info(args).await,
+            "open_terminal" => self.open_terminal(args).await,
+            "terminal_send" => terminal_result(self.terminals.send(parse(name, args)?).await),
+            "terminal_screen" => terminal_result(self.terminals.screen(parse(name, args)?).await),
+            "close_terminal" => terminal_result(self.terminals.close(parse(name, args)?).await),
+            "list_terminals" => {
+                let ListTerminalsArgs {} = parse(name, args)?;
+                terminal_result(Ok(self.terminals.list()))
+            }
             other => Err(ToolError::NotFound(other.to_owned())),
         };
         result.map(ToolOutcome::Completed)
@@ -987,7 +1066,8 @@ impl ToolExecutor for SshToolExecutor {
                  Default timeout is 120000ms (max 600000ms); captured stdout/stderr are each capped \
                  at 512KB. With run_in_background the command starts as a background shell that \
                  outlives the call and the connection: it returns a bash_id at once; read the output \
-                 with BashOutput and stop it with KillShell. Interactive mode is not available.",
+                 with BashOutput and stop it with KillShell. Interactive mode is not available: run \
+                 interactive programs (REPLs, prompts, less, top) with open_terminal.",
                 json!({
                     "type": "object",
                     "properties": {
@@ -995,7 +1075,7 @@ impl ToolExecutor for SshToolExecutor {
                         "timeout": { "type": "number", "description": "Optional timeout in milliseconds (default 120000, max 600000)" },
                         "description": { "type": "string", "description": "Optional short context label for the command" },
                         "run_in_background": { "type": "boolean", "description": "Set to true to run this command in the background on the remote host (no timeout applies). Use BashOutput to read the output later." },
-                        "interactive": { "type": "boolean", "description": "Not available over SSH: omit it or set it to false." },
+                        "interactive": { "type": "boolean", "description": "Not available over SSH: omit it or set it to false (use open_terminal for interactive programs)." },
                         "workdir": { "type": "string", "description": "Optional working directory. Relative paths are resolved from the session workspace." }
                     },
                     "required": ["command"],
@@ -1113,6 +1193,31 @@ impl ToolExecutor for SshToolExecutor {
                     "required": ["path"],
                     "additionalProperties": false
                 }),
+            ),
+            shared_schema(
+                "open_terminal",
+                OPEN_TERMINAL_ABOUT,
+                schemars::schema_for!(OpenTerminalArgs),
+            ),
+            shared_schema(
+                "terminal_send",
+                TERMINAL_SEND_ABOUT,
+                schemars::schema_for!(TerminalSendArgs),
+            ),
+            shared_schema(
+                "terminal_screen",
+                TERMINAL_SCREEN_ABOUT,
+                schemars::schema_for!(TerminalScreenArgs),
+            ),
+            shared_schema(
+                "close_terminal",
+                CLOSE_TERMINAL_ABOUT,
+                schemars::schema_for!(CloseTerminalArgs),
+            ),
+            shared_schema(
+                "list_terminals",
+                LIST_TERMINALS_ABOUT,
+                schemars::schema_for!(ListTerminalsArgs),
             ),
         ]
     }

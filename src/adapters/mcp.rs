@@ -2,12 +2,16 @@
 //! `swiftide-ssh-mcp` binary (its own crate, which parses the command line, builds the
 //! executor and calls [`serve`]), for embedding the server in a program of your own.
 //!
-//! [`SshMcpServer`] is an [`rmcp`] `ServerHandler` with twelve tools: `run_command`,
-//! `read_file`, `write_file`, `list_directory`, `glob`, `grep` and `file_info`, and for jobs
+//! [`SshMcpServer`] is an [`rmcp`] `ServerHandler` with seventeen tools: `run_command`,
+//! `read_file`, `write_file`, `list_directory`, `glob`, `grep` and `file_info`; for jobs
 //! (commands that outlive the call, the connection and the server: [`SshExecutor::spawn_job`])
 //! `start_job`, `job_output` (stdout and stderr since a cursor: cursor in, cursor out,
 //! nothing consumed), `job_status` (with an optional wait for the end), `kill_job` and
-//! `list_jobs`.
+//! `list_jobs`; and for terminals (a program in a pseudo-terminal, the login shell by
+//! default, driven with text and named keys and read as a screen:
+//! [`SshExecutor::open_terminal`]) `open_terminal`, `terminal_send`, `terminal_screen`,
+//! `close_terminal` and `list_terminals`. Job and terminal tools take the arguments and give
+//! the texts of every door (the crate's shared job and terminal tools).
 //!
 //! * **Streaming:** `run_command` sends each batch of output as a `notifications/progress`
 //!   message (progress = bytes so far, message = the text) when the request carried a
@@ -15,9 +19,13 @@
 //! * **Cancellation:** a `notifications/cancelled` for a running tool call drops the
 //!   executor's future, which kills the remote process group (SIGTERM, then SIGKILL after the
 //!   grace period). So does the client going away (stdin closed). A job is not a call: it
-//!   keeps running when the client or the server goes away; `kill_job` kills it.
+//!   keeps running when the client or the server goes away; `kill_job` kills it. A
+//!   terminal is the server's: cancelling a `terminal_send` or `terminal_screen` ends its
+//!   wait (the terminal stays open, what was typed stays typed); `close_terminal` kills its
+//!   session, and so does the server going away (dropping the last clone of it kills every
+//!   terminal still open). At most 8 are open at once.
 //! * **Root:** with [`ServerOptions::root`] every file tool (and the working directory of
-//!   `run_command` and `start_job`) resolves its path with the server's `realpath` (SFTP) before each access, and
+//!   `run_command`, `start_job` and `open_terminal`) resolves its path with the server's `realpath` (SFTP) before each access, and
 //!   refuses a path that resolves outside the root. Commands themselves are not confined: a shell
 //!   command can touch anything the account can.
 //! * **Errors:** arguments that do not match a tool's schema are JSON-RPC `invalid params`
@@ -31,6 +39,7 @@
 use std::{
     ffi::OsString,
     path::{Component, Path, PathBuf},
+    sync::Arc,
     time::{Duration, UNIX_EPOCH},
 };
 
@@ -58,6 +67,11 @@ use crate::{
         KillJobArgs, LIST_JOBS_ABOUT, START_JOB_ABOUT, StartJobArgs, job_output, job_status,
         kill_job, list_jobs, model_facing, start_job,
     },
+    terminals::tools::{
+        CLOSE_TERMINAL_ABOUT, CloseTerminalArgs, LIST_TERMINALS_ABOUT, OPEN_TERMINAL_ABOUT,
+        OpenTerminalArgs, TERMINAL_SCREEN_ABOUT, TERMINAL_SEND_ABOUT, TerminalScreenArgs,
+        TerminalSendArgs, TerminalSet, TerminalToolError,
+    },
 };
 
 /// Files larger than this are refused by `read_file` (an MCP message carries them whole).
@@ -73,8 +87,8 @@ const MAX_MISSING_COMPONENTS: usize = 64;
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct ServerOptions {
-    /// Confine the file tools (and `run_command`'s working directory) to this remote
-    /// directory.
+    /// Confine the file tools (and the working directories of `run_command`, `start_job`
+    /// and `open_terminal`) to this remote directory.
     pub root: Option<PathBuf>,
 }
 
@@ -93,6 +107,8 @@ impl ServerOptions {
 pub struct SshMcpServer {
     executor: SshExecutor,
     root: Option<PathBuf>,
+    /// The open terminals, shared by clones; the last one dropped kills them.
+    terminals: Arc<TerminalSet>,
     tool_router: ToolRouter<Self>,
 }
 
@@ -290,6 +306,7 @@ impl SshMcpServer {
     /// host that is down makes each call fail with a tool error rather than the server.
     pub fn new(executor: SshExecutor, options: ServerOptions) -> Self {
         Self {
+            terminals: Arc::new(TerminalSet::new(executor.clone())),
             executor,
             root: options.root,
             tool_router: Self::tool_router(),
@@ -644,6 +661,64 @@ impl SshMcpServer {
                 .map_err(|e| job_error(&e)),
         )
     }
+
+    #[tool(description = OPEN_TERMINAL_ABOUT)]
+    async fn open_terminal(
+        &self,
+        Parameters(args): Parameters<OpenTerminalArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        into_result(self.open_terminal_inner(args).await)
+    }
+
+    #[tool(description = TERMINAL_SEND_ABOUT)]
+    async fn terminal_send(
+        &self,
+        Parameters(args): Parameters<TerminalSendArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        into_result(cancellable(self.terminals.send(args), &context).await)
+    }
+
+    #[tool(description = TERMINAL_SCREEN_ABOUT)]
+    async fn terminal_screen(
+        &self,
+        Parameters(args): Parameters<TerminalScreenArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        into_result(cancellable(self.terminals.screen(args), &context).await)
+    }
+
+    #[tool(description = CLOSE_TERMINAL_ABOUT)]
+    async fn close_terminal(
+        &self,
+        Parameters(args): Parameters<CloseTerminalArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        into_result(
+            self.terminals
+                .close(args)
+                .await
+                .map(text_result)
+                .map_err(|e| e.to_string()),
+        )
+    }
+
+    #[tool(description = LIST_TERMINALS_ABOUT)]
+    async fn list_terminals(&self) -> Result<CallToolResult, ErrorData> {
+        Ok(text_result(self.terminals.list()))
+    }
+}
+
+/// A terminal tool's wait, ended early by the client's `notifications/cancelled` (the
+/// terminal stays open).
+async fn cancellable(
+    work: impl Future<Output = Result<String, TerminalToolError>>,
+    context: &RequestContext<RoleServer>,
+) -> ToolResult<CallToolResult> {
+    tokio::select! {
+        result = work => result.map(text_result).map_err(|e| e.to_string()),
+        () = context.ct.cancelled() => Err("cancelled by the client; the terminal is still open \
+            (what was sent before the cancel was typed)".to_owned()),
+    }
 }
 
 /// A job error as the client reads it: the plain message for one the model can act on, the
@@ -959,6 +1034,25 @@ impl SshMcpServer {
         Ok(result)
     }
 
+    async fn open_terminal_inner(&self, args: OpenTerminalArgs) -> ToolResult<CallToolResult> {
+        let dir = match &args.working_directory {
+            Some(dir) => Some(self.resolve(dir).await?),
+            None => None,
+        };
+        let (command, mut options) = args.into_options().map_err(|e| e.to_string())?;
+        if let Some(dir) = dir {
+            options = options.current_dir(dir);
+        }
+        let (id, text) = self
+            .terminals
+            .open(command, options)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut result = text_result(text);
+        result.structured_content = Some(json!({ "id": id }));
+        Ok(result)
+    }
+
     async fn file_info_inner(&self, args: PathArgs) -> ToolResult<CallToolResult> {
         let path = self.resolve(&args.path).await?;
         let link = self
@@ -994,6 +1088,11 @@ impl ServerHandler for SshMcpServer {
                 || "the login directory".to_owned(),
                 |dir| dir.display().to_string()
             )
+        );
+        instructions.push_str(
+            " Commands get no stdin and no terminal: run interactive programs (REPLs, \
+             prompts, less, top) with open_terminal and terminal_send, and close_terminal them \
+             when done.",
         );
         if let Some(root) = &self.root {
             instructions.push_str(&format!(

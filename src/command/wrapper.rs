@@ -666,7 +666,9 @@ pub(crate) fn wrapper(
                     payload.extend_from_slice(b" </dev/null");
                 }
             } else if !supervision.null_stdin() {
-                return Err(stdin_taken("a command over 100 KiB, which reaches its shell on a pipe"));
+                return Err(stdin_taken(
+                    "a command over 100 KiB, which reaches its shell on a pipe",
+                ));
             } else {
                 // Too long for one argv string: the shell reads it from a pipe on fd 3 and
                 // evals it, with `$0` = `sh` and stdin at EOF as under `sh -c`.

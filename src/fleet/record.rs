@@ -218,14 +218,7 @@ impl HostRecord {
 
 /// The error's message and its causes, `: `-separated.
 fn error_chain(error: &Error) -> String {
-    let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
+    error.with_causes()
 }
 
 fn millis(duration: std::time::Duration) -> u64 {

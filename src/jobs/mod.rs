@@ -367,6 +367,7 @@ impl SshExecutor {
             kill_grace: options.kill_grace.unwrap_or(DEFAULT_KILL_GRACE),
             spool_cap: options.spool_cap.unwrap_or(DEFAULT_SPOOL_CAP),
             labels: options.labels,
+            stdin: options.stdin,
         };
         let config = &self.inner.config;
         let env = job_env(&config.env, &spec);
@@ -1051,6 +1052,60 @@ impl Job {
                 })
             }
             _ => self.wait(Duration::from_secs(5)).await,
+        }
+    }
+
+    /// Writes `bytes` to the job's stdin (a job started with
+    /// [`JobOptions::stdin`](crate::JobOptions::stdin)), from this or any other client
+    /// process, and returns the write's number (0, 1, 2, ...: the order the job reads them
+    /// in). One exec on the host; the job reads the bytes within about a second (its stdin
+    /// is fed from records on the host, polled faster while writes keep coming).
+    ///
+    /// **Exactly once.** Each write is one record, stored whole or not at all (a write that
+    /// the host got only part of is dropped), and has a random id of its own: when the
+    /// connection breaks, the write is sent again (within the executor's `connect_timeout`)
+    /// and a record that already landed is found by its id, so nothing is lost or
+    /// duplicated. Only an error after that (the host stays away) leaves it unknown whether
+    /// the write landed, as [`Error::ConnectionLost`] says for commands. Writes from several
+    /// clients at once are each whole, in the order they were stored.
+    ///
+    /// # Errors
+    /// [`Error::JobFailed`] when the job has no stdin or it was closed, connection errors.
+    pub async fn write_stdin(&self, bytes: impl Into<bytes::Bytes>) -> Result<u64> {
+        let bytes: bytes::Bytes = bytes.into();
+        let id = rand::random::<u64>();
+        let script = script::write_stdin(&self.dir, id, bytes.len());
+        let give_up = tokio::time::Instant::now() + self.executor.inner.config.connect_timeout;
+        loop {
+            match run_collect(&self.executor, &script, bytes.to_vec()).await {
+                Ok((status, out)) if status.success() => {
+                    return trimmed(&out.stdout)
+                        .parse()
+                        .map_err(|_| self.failed("write stdin", &out.stderr));
+                }
+                Ok((_, out)) => return Err(self.failed("write stdin", &out.stderr)),
+                // The same write again: a record that landed is found by its id.
+                Err(Error::ConnectionLost { .. }) if tokio::time::Instant::now() < give_up => {
+                    tracing::debug!(id = %self.id, "writing the job's stdin again after a lost connection");
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// Closes the job's stdin: it reads EOF after every write stored so far. Writes after
+    /// it fail; one racing it from another client may be stored and never read. Closing
+    /// twice is fine.
+    ///
+    /// # Errors
+    /// [`Error::JobFailed`] when the job has no stdin, connection errors.
+    pub async fn close_stdin(&self) -> Result<()> {
+        let (status, out) =
+            run_collect(&self.executor, &script::close_stdin(&self.dir), Vec::new()).await?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(self.failed("close stdin", &out.stderr))
         }
     }
 

@@ -170,14 +170,43 @@ spool() {
   printf '%s %s %s' "$r" "$n" "$cap" 1<>"$d/$1.drop"
 }
 job() {
-  if [ -n "$la" ]; then setsid sh -c "$pre$la" sh "$me" "$rt" "$d" 2>&4 4>&- </dev/null &
-  else setsid /bin/sh -c "$pre"'. "$0"' "$d/launch" "$me" "$rt" "$d" 2>&4 4>&- </dev/null &
+  # The job's stdin: /dev/null, or what clients write into `stdin.d/` (see `feed`), through
+  # a FIFO (each side's open waits for the other's; both are in the background).
+  i=/dev/null; f=
+  if [ -n "$sin" ]; then
+    mkdir -p -- "$d/stdin.d" && mkfifo -m 600 "$d/stdin.fifo" 2>/dev/null || [ -p "$d/stdin.fifo" ] || exit 125
+    i=$d/stdin.fifo
+    (feed) >"$i" 2>/dev/null 3>&- 4>&- </dev/null & f=$!
+  fi
+  if [ -n "$la" ]; then setsid sh -c "$pre$la" sh "$me" "$rt" "$d" 2>&4 4>&- <"$i" &
+  else setsid /bin/sh -c "$pre"'. "$0"' "$d/launch" "$me" "$rt" "$d" 2>&4 4>&- <"$i" &
   fi
   c=$!
   exec 3>&- 4>&- >/dev/null
   wait "$c"; r=$?
+  [ -n "$f" ] && kill "$f" 2>/dev/null
   clock
   printf '%s %s\n' "$r" "$u" 1<>"$d/exit.tmp"
+}
+# A job's stdin, in order: record 0, 1, 2, ... (`stdin.d/<n>/data`, each moved there whole
+# by `Job::write_stdin`'s script once it claimed `<n>` with `mkdir`), until `stdin.d/closed`
+# says how many there are. While nothing is new it naps, longer the longer it waits (50 ms
+# up to a second); its naps are its children, ended with it (the trap) when the job ends.
+feed() {
+  trap 'kill "$z" 2>/dev/null; exit 0' TERM
+  n=0; p=5
+  while :; do
+    if [ -f "$d/stdin.d/$n/data" ]; then
+      cat -- "$d/stdin.d/$n/data" || exit 0
+      n=$((n + 1)); p=5; continue
+    fi
+    if [ -f "$d/stdin.d/closed" ]; then
+      l=; read -r l 2>/dev/null <"$d/stdin.d/closed"
+      [ "$n" -ge "${l:-0}" ] 2>/dev/null && exit 0
+    fi
+    sleep "0.$((p / 10))$((p % 10))" 2>/dev/null & z=$!; wait "$z" || sleep 1
+    [ "$p" -lt 99 ] && p=$((p * 2 > 99 ? 99 : p * 2))
+  done
 }
 exec 3>&1
 # The runner's own pid and start time (a fork's `$$` is its parent's), read here: `job`
@@ -264,6 +293,13 @@ pub(crate) fn launch(
     config: &Config,
 ) -> Result<Launch> {
     let program = Program::parse(&spec.command);
+    // A job with stdin gets it from the runner (`<stdin.fifo`, see [`RUNNER`]): its payload
+    // must not point it at `/dev/null`.
+    let supervision = if spec.stdin {
+        Supervision::of(config).caller_stdin()
+    } else {
+        Supervision::of(config)
+    };
     if let Some(text) = direct_text(&program, dir, env) {
         return Ok(Launch {
             direct: Some(text),
@@ -272,7 +308,7 @@ pub(crate) fn launch(
     }
     // The marker and supervision belong to the exec request, which a job does not use; only
     // the payload (stdin) is kept.
-    let wrapped = wrapper(&program, dir, env, "", Supervision::of(config), None)?;
+    let wrapped = wrapper(&program, dir, env, "", supervision, None)?;
     let mut file = b"nl='\n'\n".to_vec();
     file.extend_from_slice(&wrapped.stdin);
     Ok(Launch { direct: None, file })
@@ -425,10 +461,11 @@ pub(crate) fn start(spec: &Spec, launch: &Launch, form: StartForm) -> Vec<u8> {
     assign(&mut script, "sp", spec.encode().as_bytes());
     assign(&mut script, "lf", &launch.file);
     let mut params = format!(
-        "nl='\n'\ncap={}\ndl={}\ngrace={}\n",
+        "nl='\n'\ncap={}\ndl={}\ngrace={}\nsin={}\n",
         spec.spool_cap,
         spec.deadline.map(seconds).unwrap_or_default(),
         seconds(spec.kill_grace),
+        if spec.stdin { "1" } else { "" },
     )
     .into_bytes();
     assign(
@@ -500,6 +537,60 @@ echo killed
     script
 }
 
+/// The script of one [`Job::write_stdin`](crate::Job::write_stdin): its stdin is the data
+/// (`len` bytes), `id` the write's own random id. A write that landed before (a retry after a
+/// lost connection) finds its record by its id and says so; otherwise the data goes into a
+/// file of its own, whole (checked against `len`: a connection lost halfway leaves a short
+/// file, which is dropped), then record `<n>` is claimed with `mkdir` (atomic; the first
+/// free `n`) and the data moved in. Prints the record's number. Exit 3: the job has no stdin;
+/// 4: its stdin is closed.
+pub(crate) fn write_stdin(dir: &Path, id: u64, len: usize) -> Vec<u8> {
+    let mut script = Vec::new();
+    assign(&mut script, "d", dir.as_os_str().as_encoded_bytes());
+    script.extend_from_slice(format!("id={id:016x}\nlen={len}\n").as_bytes());
+    script.extend_from_slice(
+        br#"s=$d/stdin.d
+[ -d "$s" ] || { echo "the job reads no stdin (it was started without JobOptions::stdin)" >&2; exit 3; }
+[ -f "$s/closed" ] && { echo "the job's stdin is closed" >&2; exit 4; }
+for r in "$s"/*/id; do
+  [ -f "$r" ] || continue
+  x=; read -r x 2>/dev/null <"$r"
+  [ "$x" = "$id" ] && { r=${r%/id}; echo "${r##*/}"; exit 0; }
+done
+t=$s/.w-$id
+cat >"$t" || exit 5
+c=$(wc -c <"$t"); c=$((c + 0))
+[ "$c" -eq "$len" ] || { rm -f -- "$t"; echo "only $c of $len bytes arrived" >&2; exit 6; }
+n=0
+while [ -e "$s/$n" ]; do n=$((n + 1)); done
+while ! mkdir -- "$s/$n" 2>/dev/null; do n=$((n + 1)); done
+printf '%s
+' "$id" >"$s/$n/id" && mv -f -- "$t" "$s/$n/data" || exit 5
+echo "$n"
+"#,
+    );
+    script
+}
+
+/// Closes a job's stdin: `stdin.d/closed` with the number of records written (created once,
+/// `set -C`: a second close changes nothing). The job reads EOF after those records.
+pub(crate) fn close_stdin(dir: &Path) -> Vec<u8> {
+    let mut script = Vec::new();
+    assign(&mut script, "d", dir.as_os_str().as_encoded_bytes());
+    script.extend_from_slice(
+        br#"s=$d/stdin.d
+[ -d "$s" ] || { echo "the job reads no stdin (it was started without JobOptions::stdin)" >&2; exit 3; }
+n=0
+while [ -e "$s/$n" ]; do n=$((n + 1)); done
+set -C
+{ printf '%s
+' "$n" >"$s/closed"; } 2>/dev/null
+exit 0
+"#,
+    );
+    script
+}
+
 /// Removes the job directory `dir`.
 pub(crate) fn remove(dir: &Path) -> Vec<u8> {
     let mut script = Vec::new();
@@ -547,5 +638,69 @@ mod tests {
     fn seconds_have_millis() {
         assert_eq!(seconds(Duration::from_millis(1500)), "1.500");
         assert_eq!(seconds(Duration::from_secs(3)), "3.000");
+    }
+
+    /// Runs one of these scripts with `sh` here, its stdin `data`.
+    fn sh(script: &[u8], data: &[u8]) -> (bool, String, String) {
+        use std::io::Write;
+        let mut child = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(std::ffi::OsStr::new(std::str::from_utf8(script).unwrap()))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(data).unwrap();
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    #[test]
+    fn stdin_writes_are_whole_numbered_and_never_stored_twice() {
+        let dir = tempfile::tempdir().unwrap();
+        let job = dir.path();
+        // No stdin.d: the job reads none.
+        let (ok, _, err) = sh(&write_stdin(job, 1, 3), b"abc");
+        assert!(!ok && err.contains("no stdin"), "{err}");
+        std::fs::create_dir(job.join("stdin.d")).unwrap();
+        assert_eq!(
+            sh(&write_stdin(job, 1, 3), b"abc"),
+            (true, "0".into(), String::new())
+        );
+        // The same write again (a retry after a lost connection): found, not stored again.
+        assert_eq!(
+            sh(&write_stdin(job, 1, 3), b"abc"),
+            (true, "0".into(), String::new())
+        );
+        assert_eq!(
+            sh(&write_stdin(job, 2, 2), b"de"),
+            (true, "1".into(), String::new())
+        );
+        // Half a write (the connection broke): dropped, nothing claimed.
+        let (ok, _, err) = sh(&write_stdin(job, 3, 10), b"fgh");
+        assert!(!ok && err.contains("3 of 10"), "{err}");
+        assert_eq!(std::fs::read(job.join("stdin.d/0/data")).unwrap(), b"abc");
+        assert_eq!(std::fs::read(job.join("stdin.d/1/data")).unwrap(), b"de");
+        assert!(!job.join("stdin.d/2").exists());
+        let leftovers: Vec<_> = std::fs::read_dir(job.join("stdin.d"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .filter(|name| name.to_string_lossy().starts_with(".w-"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+        // Closed: the count of records, once; writes after it are refused.
+        assert!(sh(&close_stdin(job), b"").0);
+        assert_eq!(
+            std::fs::read_to_string(job.join("stdin.d/closed")).unwrap(),
+            "2\n"
+        );
+        assert!(sh(&close_stdin(job), b"").0);
+        let (ok, _, err) = sh(&write_stdin(job, 4, 1), b"x");
+        assert!(!ok && err.contains("closed"), "{err}");
     }
 }

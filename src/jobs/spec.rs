@@ -29,6 +29,7 @@ pub struct JobOptions {
     pub(crate) kill_grace: Option<Duration>,
     pub(crate) spool_cap: Option<u64>,
     pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) stdin: bool,
 }
 
 impl JobOptions {
@@ -97,6 +98,17 @@ impl JobOptions {
         self
     }
 
+    /// Gives the job a stdin that clients write to while it runs
+    /// ([`Job::write_stdin`](crate::Job::write_stdin), from any client process, reattached
+    /// or not) and close ([`Job::close_stdin`](crate::Job::close_stdin)). Defaults to off:
+    /// stdin is `/dev/null`, as for commands. Not for `#!` scripts, whose interpreter reads
+    /// its body on stdin.
+    #[must_use]
+    pub fn stdin(mut self, enabled: bool) -> Self {
+        self.stdin = enabled;
+        self
+    }
+
     /// Adds a label (any text; stored and listed exactly). Defaults to none.
     #[must_use]
     pub fn label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
@@ -148,6 +160,8 @@ pub(crate) struct Spec {
     pub(crate) kill_grace: Duration,
     pub(crate) spool_cap: u64,
     pub(crate) labels: BTreeMap<String, String>,
+    /// The job reads the stdin clients write (`stdin.d/`), not `/dev/null`.
+    pub(crate) stdin: bool,
 }
 
 const MAGIC: &str = "swiftide-ssh-job 1";
@@ -188,6 +202,9 @@ impl Spec {
         for (key, value) in &self.labels {
             out.push_str(&format!("label {} {}\n", hex(key), hex(value)));
         }
+        if self.stdin {
+            out.push_str("stdin\n");
+        }
         out
     }
 
@@ -224,6 +241,7 @@ impl Spec {
                     let key = unhex(next()?)?;
                     spec.labels.insert(key, unhex(next()?)?);
                 }
+                "stdin" => spec.stdin = true,
                 // Lines of a later version are skipped.
                 _ => {}
             }
@@ -262,6 +280,7 @@ mod tests {
             kill_grace: Duration::from_secs(2),
             spool_cap: 42,
             labels: [("k\n ".to_owned(), "v $x".to_owned())].into(),
+            stdin: true,
         };
         let text = spec.encode();
         assert!(text.lines().all(|l| l.is_ascii()));

@@ -1,10 +1,12 @@
-//! The swiftide-core 0.33 layer: the `ToolExecutor` implementation (this file) and the job
-//! tools an agent calls ([`job_tools`]). The only module that speaks swiftide's types, so a
-//! swiftide upgrade touches this directory alone.
+//! The swiftide-core 0.33 layer: the `ToolExecutor` implementation (this file), and the job
+//! and terminal tools an agent calls ([`job_tools`], [`terminal_tools`]). The only module
+//! that speaks swiftide's types, so a swiftide upgrade touches this directory alone.
 
 mod job_tools;
+mod terminal_tools;
 
 pub use job_tools::JobTools;
+pub use terminal_tools::TerminalTools;
 
 use std::{path::Path, time::Duration};
 

@@ -12,6 +12,7 @@
 
 pub(crate) mod keys;
 pub(crate) mod screen;
+pub(crate) mod tools;
 
 use std::{
     path::PathBuf,
@@ -215,7 +216,11 @@ async fn read_output(
                 None => break,
             },
             _ = &mut closing => {
-                let ended = process.kill().await.map(|run| run.status).map_err(|e| e.to_string());
+                let ended = process
+                    .kill()
+                    .await
+                    .map(|run| run.status)
+                    .map_err(|e| e.with_causes());
                 finish(&shared, ended);
                 return;
             }
@@ -225,7 +230,7 @@ async fn read_output(
         .wait()
         .await
         .map(|run| run.status)
-        .map_err(|e| e.to_string());
+        .map_err(|e| e.with_causes());
     finish(&shared, ended);
 }
 
@@ -262,6 +267,11 @@ impl Terminal {
 
     /// Types raw bytes into the terminal (any bytes: what a program reading its terminal
     /// raw would get).
+    ///
+    /// Keep a burst of input under 256 KiB while the terminal's echo is off: OpenSSH's sshd then
+    /// answers each write to the terminal with an equally large `SSH_MSG_IGNORE` ("simulated
+    /// echo"), and one above 256 KiB is larger than any SSH client accepts, so the connection
+    /// is lost (see the README's Terminals section).
     ///
     /// # Errors
     /// As [`send_text`](Self::send_text).
