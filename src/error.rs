@@ -591,6 +591,37 @@ pub enum Error {
         port: u16,
     },
 
+    /// The server refused a port forward: a local or dynamic forward's channel to `target`
+    /// (the target refused the connection, `AllowTcpForwarding no`, `PermitOpen`), or a
+    /// remote forward's listener (`PermitListen`, a port in use, `AllowTcpForwarding
+    /// local`). Typed and at once: nothing waits for a timeout.
+    #[error("{host}:{port} refused to forward {target}: {reason}")]
+    ForwardRefused {
+        /// Destination host (the SSH server).
+        host: String,
+        /// Destination port.
+        port: u16,
+        /// What was to be forwarded: `host:port` or a socket path on the host for a local
+        /// forward, the listen address for a remote one.
+        target: String,
+        /// Why, by kind.
+        refusal: ForwardRefusal,
+        /// Why, in the server's words where it gave any.
+        reason: String,
+    },
+
+    /// A forward's local listener could not be bound, or a remote forward's local target
+    /// could not be reached.
+    #[error("local {operation} {address}")]
+    ForwardLocal {
+        /// `bind` or `connect`.
+        operation: &'static str,
+        /// The local address.
+        address: String,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+
     /// The executor was closed with [`SshExecutor::close`](crate::SshExecutor::close).
     #[error("the executor is closed")]
     Closed,
@@ -651,6 +682,26 @@ impl Error {
         }
         text
     }
+}
+
+/// Why the server refused a port forward ([`Error::ForwardRefused`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ForwardRefusal {
+    /// The host could not connect to the target (refused, unreachable, no such name).
+    ConnectFailed,
+    /// Not allowed: `AllowTcpForwarding`, `PermitOpen`, `PermitListen`,
+    /// `AllowStreamLocalForwarding`, `DisableForwarding`, or a `restrict` key.
+    Prohibited,
+    /// The server does not know this kind of forward.
+    Unsupported,
+    /// The server is short of resources (too many channels or listeners).
+    ResourceShortage,
+    /// A remote forward's listener was refused without a reason (OpenSSH does not say
+    /// whether the port is taken or not permitted).
+    ListenRefused,
+    /// Another reason; the error's `reason` has the server's words.
+    Other,
 }
 
 /// The SFTP status codes a failed file operation can carry.

@@ -47,6 +47,11 @@
 //!   [`SshExecutor::open_terminal`]: a [`Terminal`] whose [`Screen`] an agent reads as text,
 //!   driven with [`Key`]s, also as agent tools ([`TerminalTools`], and in the bamboo and MCP
 //!   adapters); jobs with stdin ([`Job::write_stdin`]).
+//! * **Forwards:** [`SshExecutor::forward_local`] (`ssh -L`),
+//!   [`forward_dynamic`](SshExecutor::forward_dynamic) (`ssh -D`, SOCKS5) and
+//!   [`forward_remote`](SshExecutor::forward_remote) (`ssh -R`): [`LocalForward`] and
+//!   [`RemoteForward`] handles with [`ForwardStats`], refusals typed
+//!   ([`Error::ForwardRefused`]), listeners that outlive a lost connection.
 //! * **Pooling:** commands share connections through channels ([`PoolStats`]); a command is
 //!   sent at most once.
 //! * **Fleets:** [`Fleet`] runs one command on many hosts: node sets, Ansible inventories,
@@ -92,7 +97,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 // Each module imports only from the modules before it on this line (`.ci/check-layers.py`):
-// Layers, bottom up: error < config < ssh < pool < command < executor < files < jobs < terminals < builder < fleet < swiftide < adapters
+// Layers, bottom up: error < config < ssh < pool < command < executor < files < jobs < terminals < forwards < builder < fleet < swiftide < adapters
 pub mod adapters;
 mod builder;
 mod command;
@@ -101,6 +106,7 @@ mod error;
 mod executor;
 mod files;
 pub mod fleet;
+mod forwards;
 mod jobs;
 mod pool;
 mod ssh;
@@ -113,13 +119,14 @@ pub use config::{
     AuthMethod, Become, HostConfig, HostKeyPolicy, JumpHost, PasswordProvider, PasswordRequest,
     Secret, SshConfig, StrictHostKeyChecking,
 };
-pub use error::{BecomeFailure, BecomeMethod, Error, Phase, Result, SftpStatus};
+pub use error::{BecomeFailure, BecomeMethod, Error, ForwardRefusal, Phase, Result, SftpStatus};
 pub use executor::{ExecOptions, SshExecutor};
 pub use files::{DirEntry, FileMetadata, FileType};
 pub use fleet::{
     Fleet, FleetEvent, FleetJobStates, FleetJobs, FleetReport, FleetSummary, HostRecord,
     HostResult, HostStatus, Inventory,
 };
+pub use forwards::{ForwardStats, ForwardedConnection, LocalForward, RemoteForward};
 pub use jobs::{
     DEFAULT_SPOOL_CAP, Job, JobCursor, JobDrop, JobDropReason, JobEndCause, JobInfo, JobOptions,
     JobOutput, JobStatus, JobStream,

@@ -294,6 +294,10 @@ impl Pool {
             spare_channels_used: counters.spares_used.load(Ordering::Relaxed),
             prestarted_spares_used: counters.prestarted_used.load(Ordering::Relaxed),
             escalated_spares_used: counters.escalated_spares_used.load(Ordering::Relaxed),
+            forward_streams: counters.forward_streams_open.load(Ordering::Relaxed),
+            forward_streams_opened: counters.forward_streams_opened.load(Ordering::Relaxed),
+            forward_stream_failures: counters.forward_stream_failures.load(Ordering::Relaxed),
+            forward_connections: self.registry.detached_sessions().len(),
             login_shell_startup: sessions
                 .iter()
                 .filter(|s| !s.is_dead())

@@ -38,6 +38,10 @@ pub(crate) struct Counters {
     pub(crate) spares_used: AtomicU64,
     pub(crate) prestarted_used: AtomicU64,
     pub(crate) escalated_spares_used: AtomicU64,
+    /// Streams of port forwards open right now, opened so far, and refused or failed.
+    pub(crate) forward_streams_open: AtomicU64,
+    pub(crate) forward_streams_opened: AtomicU64,
+    pub(crate) forward_stream_failures: AtomicU64,
 }
 
 /// Owns the connections to one host.
@@ -63,6 +67,9 @@ pub(crate) struct Registry {
     dial_micros: AtomicU64,
     /// When the last dial ended (successful or not).
     last_dial_end: Mutex<Option<Instant>>,
+    /// Connections dialed for port forwards ([`dial_detached`](Self::dial_detached)), which
+    /// carry no commands: counted in the statistics and closed with the others.
+    detached: Mutex<Vec<std::sync::Weak<Session>>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -87,6 +94,7 @@ impl Registry {
             waiting: AtomicU32::new(0),
             dial_micros: AtomicU64::new(0),
             last_dial_end: Mutex::new(None),
+            detached: Mutex::new(Vec::new()),
             config,
         }
     }
@@ -360,6 +368,31 @@ impl Registry {
         Ok(())
     }
 
+    /// Dials a connection of its own for a caller that does not run commands on it (port
+    /// forwards), with the same settings, jump hosts and retries as the pool's. It is not
+    /// placed in the pool; [`close_all`](Self::close_all) disconnects it too.
+    pub(crate) async fn dial_detached(&self) -> Result<Arc<Session>> {
+        let session = self.dial().await?;
+        let mut detached = self
+            .detached
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        detached.retain(|session| session.strong_count() > 0);
+        detached.push(Arc::downgrade(&session));
+        Ok(session)
+    }
+
+    /// The live connections dialed with [`dial_detached`](Self::dial_detached).
+    pub(crate) fn detached_sessions(&self) -> Vec<Arc<Session>> {
+        self.detached
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .filter(|session| !session.is_dead())
+            .collect()
+    }
+
     pub(crate) fn last_dial_error(&self) -> Option<Arc<Error>> {
         self.last_dial_error.lock().ok().and_then(|e| e.clone())
     }
@@ -376,6 +409,12 @@ impl Registry {
             if session.running.load(Ordering::Acquire) == 0 {
                 session.disconnect().await;
             }
+        }
+        // Port forwards' connections: their streams end with an error, their listeners
+        // stop taking new ones (`forwards`).
+        for session in self.detached_sessions() {
+            session.retire();
+            session.disconnect().await;
         }
     }
 }

@@ -18,7 +18,7 @@ use crate::{
     config::Config,
     error::Result,
     pool::startup::LoginShellStartup,
-    ssh::{ClientHandler, HopCache, HopChain, dial},
+    ssh::{ClientHandler, HopCache, HopChain, SharedRoutes, dial},
 };
 
 /// Refused channel opens after which a connection is replaced (about 70 KiB of russh
@@ -78,6 +78,8 @@ pub(crate) struct Session {
     /// The jump-host connections this one runs through, kept alive until it disconnects
     /// (shared with the executor's other connections: the last one out closes them).
     hops: std::sync::Mutex<Option<Arc<HopChain>>>,
+    /// The remote forwards requested on this connection (`forwards::remote`).
+    pub(crate) forwarded: SharedRoutes,
 }
 
 impl std::fmt::Debug for Session {
@@ -331,6 +333,7 @@ impl Session {
             sftp: tokio::sync::Mutex::new(None),
             escalated_sftp: tokio::sync::Mutex::new(std::collections::HashMap::new()),
             hops: std::sync::Mutex::new(connection.hops),
+            forwarded: connection.forwarded,
         })
     }
 }

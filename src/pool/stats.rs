@@ -58,6 +58,17 @@ pub struct PoolStats {
     /// Of those, commands whose spare was pre-started: its login shell was already running
     /// and waiting for the command (connections that take the direct exec form).
     pub prestarted_spares_used: u64,
+    /// Streams of port forwards open right now ([`SshExecutor::forward_local`](crate::SshExecutor::forward_local) and the others): each is one
+    /// `direct-tcpip` or `forwarded-tcpip` channel on a connection of the forwards' own.
+    pub forward_streams: u64,
+    /// Streams of port forwards opened so far.
+    pub forward_streams_opened: u64,
+    /// Streams of port forwards that failed: the server refused the channel (the target
+    /// refused the connection, forwarding is not allowed) or its connection was lost.
+    pub forward_stream_failures: u64,
+    /// Connections open for port forwards (not counted in `connections`: they carry no
+    /// commands).
+    pub forward_connections: usize,
     /// Of those, commands whose spare was pre-escalated: a shell started through their
     /// escalation tool (`sudo -n`, `doas -n`) was already waiting, so the tool did not run
     /// on the command's critical path (see the README's "Become").

@@ -18,6 +18,7 @@ use crate::{
     error::{Error, Phase, Result},
     ssh::{
         auth::{self, Target},
+        forwarded::SharedRoutes,
         host_key::{ClientHandler, HandlerError},
         jump::{self, HopCache, HopChain},
         quick_ack::QuickAckStream,
@@ -140,7 +141,7 @@ pub(crate) async fn handshake<S>(
     stream: S,
     peer: &Peer<'_>,
     budget: &Budget,
-) -> Result<(Handle<ClientHandler>, Arc<AtomicBool>)>
+) -> Result<(Handle<ClientHandler>, Arc<AtomicBool>, SharedRoutes)>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -150,7 +151,9 @@ where
         host: peer.host.to_owned(),
         port: peer.port,
         closed: closed.clone(),
+        forwarded: SharedRoutes::default(),
     };
+    let forwarded = handler.forwarded.clone();
     let place = (peer.host, peer.port);
     let mut handle = budget
         .run(
@@ -180,7 +183,7 @@ where
             auth::authenticate(&mut handle, &target, peer.auth),
         )
         .await??;
-    Ok((handle, closed))
+    Ok((handle, closed, forwarded))
 }
 
 /// A freshly authenticated connection, handed to the pool.
@@ -190,6 +193,8 @@ pub(crate) struct Connection {
     pub(crate) closed: Arc<AtomicBool>,
     /// The jump-host chain this connection runs through, if any.
     pub(crate) hops: Option<Arc<HopChain>>,
+    /// The remote forwards requested on this connection.
+    pub(crate) forwarded: SharedRoutes,
 }
 
 /// Opens, verifies and authenticates a new connection, directly or through the configured
@@ -202,18 +207,18 @@ pub(crate) async fn dial(config: &Config, hop_cache: &HopCache, id: u64) -> Resu
     let started = Instant::now();
     let russh_config = Arc::new(russh_config(config));
     let peer = Peer::target(config);
-    let (handle, closed, hops) = if config.jump_hosts.is_empty() {
+    let (handle, closed, forwarded, hops) = if config.jump_hosts.is_empty() {
         let budget = Budget::start(config.connect_timeout);
         let stream = tcp_connect(&peer, &budget).await?;
-        let (handle, closed) = handshake(russh_config, stream, &peer, &budget).await?;
-        (handle, closed, None)
+        let (handle, closed, forwarded) = handshake(russh_config, stream, &peer, &budget).await?;
+        (handle, closed, forwarded, None)
     } else {
         let chain = jump::chain(config, hop_cache, russh_config.clone()).await?;
         // The target's budget starts once its last hop is up.
         let budget = Budget::start(config.connect_timeout);
         let stream = chain.open(peer.host, peer.port, &budget).await?;
-        let (handle, closed) = handshake(russh_config, stream, &peer, &budget).await?;
-        (handle, closed, Some(chain))
+        let (handle, closed, forwarded) = handshake(russh_config, stream, &peer, &budget).await?;
+        (handle, closed, forwarded, Some(chain))
     };
 
     tracing::debug!(host = %peer.host, port = peer.port, id, hops = config.jump_hosts.len(),
@@ -222,5 +227,6 @@ pub(crate) async fn dial(config: &Config, hop_cache: &HopCache, id: u64) -> Resu
         handle,
         closed,
         hops,
+        forwarded,
     })
 }

@@ -10,8 +10,14 @@ use russh::keys::{PublicKey, PublicKeyOrCertificate};
 use crate::{
     config::{HostKeyPolicy, expand_home},
     error::Error,
-    ssh::known_hosts::{self, KnownHosts, Verdict},
+    ssh::{
+        forwarded::{ForwardedStream, SharedRoutes},
+        known_hosts::{self, KnownHosts, Verdict},
+    },
 };
+
+#[cfg(doc)]
+use crate::ssh::forwarded::ForwardedRoutes;
 
 /// The error type of [`ClientHandler`]: russh's own errors, or our host-key verdict.
 #[derive(Debug)]
@@ -33,6 +39,8 @@ pub(crate) struct ClientHandler {
     pub(crate) port: u16,
     /// Set when russh reports the session gone; read by the pool without I/O.
     pub(crate) closed: Arc<AtomicBool>,
+    /// The remote forwards requested on this connection (see [`ForwardedRoutes`]).
+    pub(crate) forwarded: SharedRoutes,
 }
 
 impl ClientHandler {
@@ -147,6 +155,40 @@ impl russh::client::Handler for ClientHandler {
                         .to_owned(),
             })),
         }
+    }
+
+    /// A connection on a remote forward's listener: handed to that forward, or refused when
+    /// no forward of this connection listens on `connected_port` (any more).
+    async fn server_channel_open_forwarded_tcpip(
+        &mut self,
+        channel: russh::Channel<russh::client::Msg>,
+        _connected_address: &str,
+        connected_port: u32,
+        originator_address: &str,
+        originator_port: u32,
+        reply: russh::client::ChannelOpenHandle,
+        _session: &mut russh::client::Session,
+    ) -> Result<(), Self::Error> {
+        let Some(route) = self.forwarded.route(connected_port) else {
+            tracing::debug!(host = %self.host, port = connected_port,
+                "refused a forwarded connection: no forward listens there");
+            drop(reply);
+            return Ok(());
+        };
+        // A forward that does not take its streams fast enough has them refused rather than
+        // queued without bound (the peer on the host sees its connection closed).
+        let Ok(permit) = route.try_reserve() else {
+            tracing::debug!(host = %self.host, port = connected_port,
+                "refused a forwarded connection: its forward is closed or has too many waiting");
+            drop(reply);
+            return Ok(());
+        };
+        reply.accept().await;
+        permit.send(ForwardedStream {
+            channel,
+            originator: (originator_address.to_owned(), originator_port),
+        });
+        Ok(())
     }
 
     async fn disconnected(

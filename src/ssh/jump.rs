@@ -129,7 +129,8 @@ impl HopChain {
         for hop in hops {
             let peer = peer(hop);
             let budget = Budget::start(config.connect_timeout);
-            let (handle, closed) = match links.last() {
+            // A jump host's own forwards are never requested: its routing table stays empty.
+            let (handle, closed, _forwarded) = match links.last() {
                 None => {
                     let stream = connect::tcp_connect(&peer, &budget).await?;
                     connect::handshake(russh_config.clone(), stream, &peer, &budget).await?
@@ -188,13 +189,16 @@ async fn forward(
     Ok(channel.into_stream())
 }
 
-fn describe_open_failure(reason: &ChannelOpenFailure) -> String {
+/// The server's reason for refusing a forwarding channel, in words.
+pub(crate) fn describe_open_failure(reason: &ChannelOpenFailure) -> String {
     match reason {
         ChannelOpenFailure::AdministrativelyProhibited => {
             "administratively prohibited (forwarding disabled or not permitted)".to_owned()
         }
         ChannelOpenFailure::ConnectFailed => "connect failed".to_owned(),
-        ChannelOpenFailure::UnknownChannelType => "direct-tcpip is not supported".to_owned(),
+        ChannelOpenFailure::UnknownChannelType => {
+            "the server does not forward this channel type".to_owned()
+        }
         ChannelOpenFailure::ResourceShortage => "resource shortage".to_owned(),
         ChannelOpenFailure::Other { code, reason } => format!("{reason} (code {code})"),
     }

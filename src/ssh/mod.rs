@@ -6,11 +6,13 @@
 
 mod auth;
 mod connect;
+mod forwarded;
 mod host_key;
 mod jump;
 mod known_hosts;
 mod quick_ack;
 
 pub(crate) use connect::dial;
+pub(crate) use forwarded::{ForwardedStream, SharedRoutes};
 pub(crate) use host_key::ClientHandler;
-pub(crate) use jump::{HopCache, HopChain};
+pub(crate) use jump::{HopCache, HopChain, describe_open_failure};
