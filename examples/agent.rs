@@ -1,7 +1,7 @@
 //! Gives a swiftide agent tools that act on a remote host through the SSH executor (a shell,
-//! files, jobs: commands that outlive the call, and terminals: a REPL or a prompt driven
-//! with text and keys and read as a screen), and calls them as a model would, so no LLM key
-//! is needed.
+//! files, jobs: commands that outlive the call, terminals: a REPL or a prompt driven with
+//! text and keys and read as a screen, and ports: a server on the host opened from here),
+//! and calls them as a model would, so no LLM key is needed.
 //!
 //! Run this example with:
 //!
@@ -12,8 +12,9 @@
 //! With no arguments it starts a throwaway local sshd (the native testbed; needs
 //! `openssh-server`). To use a real host, name it as in `~/.ssh/config` (user, port, keys and
 //! known_hosts come from there). The example works in `agent-demo/` below the login
-//! directory (and refuses to start if it exists), and removes it and its two jobs
-//! (`agent-demo-build`, `agent-demo-server`) at the end; its terminals (`python3 -q`, a
+//! directory (and refuses to start if it exists), and removes it and its three jobs
+//! (`agent-demo-build`, `agent-demo-server`, `agent-demo-web`: a web server whose port
+//! `expose_port` makes reachable here) at the end; its terminals (`python3 -q`, a
 //! `read -p` prompt) are closed by the calls themselves, or killed when the tools drop:
 //!
 //! ```sh
@@ -29,8 +30,9 @@ use swiftide_core::{
     AgentContext, Command, CommandError,
     chat_completion::{Tool, ToolCall, ToolOutput, ToolSpec, errors::ToolError},
 };
-use swiftide_ssh_executor::{JobTools, SshExecutor, TerminalTools};
+use swiftide_ssh_executor::{JobTools, PortTools, SshExecutor, TerminalTools};
 use swiftide_ssh_testbed::Testbed;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A tool that turns the model's JSON arguments (all strings) into one swiftide `Command` and
 /// runs it on the agent context's executor, whichever executor that is.
@@ -91,6 +93,61 @@ impl Tool for ExecutorTool {
     }
 }
 
+/// What an agent's browser or HTTP client does with a URL, on this machine: an HTTP/1.0
+/// `GET` of an `http://host:port/path` URL, answered with the response (status line,
+/// headers, body). It is how the agent opens what `expose_port` made reachable.
+#[derive(Clone)]
+struct FetchUrl {
+    spec: ToolSpec,
+}
+
+impl FetchUrl {
+    fn boxed() -> Result<Box<dyn Tool>, Error> {
+        let spec: ToolSpec = serde_json::from_value(json!({ "name": "fetch_url",
+            "description": "Fetch an http:// URL from this machine (as a browser would)",
+            "parameters_schema": { "type": "object",
+                "properties": { "url": { "type": "string" } }, "required": ["url"],
+                "additionalProperties": false } }))?;
+        Ok(Box::new(FetchUrl { spec }))
+    }
+}
+
+#[async_trait]
+impl Tool for FetchUrl {
+    async fn invoke(&self, _: &dyn AgentContext, call: &ToolCall) -> Result<ToolOutput, ToolError> {
+        let args: Value = serde_json::from_str(call.args().unwrap_or("{}"))?;
+        let url = args["url"].as_str().unwrap_or_default();
+        let Some(rest) = url.strip_prefix("http://") else {
+            return Ok(ToolOutput::fail(format!("not an http:// URL: {url}")));
+        };
+        let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+        let path = if path.is_empty() { "/" } else { path };
+        let fetch = async {
+            let mut stream = tokio::net::TcpStream::connect(authority).await?;
+            let request = format!("GET {path} HTTP/1.0\r\nHost: {authority}\r\n\r\n");
+            stream.write_all(request.as_bytes()).await?;
+            let mut response = Vec::new();
+            stream.read_to_end(&mut response).await?;
+            Ok::<_, std::io::Error>(String::from_utf8_lossy(&response).into_owned())
+        };
+        Ok(
+            match tokio::time::timeout(Duration::from_secs(10), fetch).await {
+                Ok(Ok(response)) => ToolOutput::text(response),
+                Ok(Err(error)) => ToolOutput::fail(format!("{url}: {error}")),
+                Err(_) => ToolOutput::fail(format!("{url}: no response within 10 s")),
+            },
+        )
+    }
+
+    fn name(&self) -> Cow<'_, str> {
+        Cow::Borrowed(&self.spec.name)
+    }
+
+    fn tool_spec(&self) -> ToolSpec {
+        self.spec.clone()
+    }
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     // Keep the testbed alive for the whole run: dropping it stops sshd.
@@ -136,6 +193,13 @@ async fn main() -> Result<(), Error> {
     // open_terminal, terminal_send, terminal_screen, close_terminal, list_terminals: the
     // crate's own too. The terminals they open live as long as these tools.
     tools.extend(TerminalTools::new(executor.clone()).tools());
+    // expose_port and list_ports: a service on the host, reachable here for fetch_url.
+    tools.extend(PortTools::new(executor.clone()).tools());
+    tools.push(FetchUrl::boxed()?);
+    // The port the demo's web server takes on the host (free here, where the testbed runs).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
 
     // Tool calls as a model emits them: a tool name, then its arguments as a JSON string.
     let calls = [
@@ -172,11 +236,24 @@ async fn main() -> Result<(), Error> {
         r#"terminal_screen {"id": "term-2", "wait_for": "never shown", "timeout_secs": 0.5}"#,
         r#"close_terminal {"id": "term-2"}"#,
         r#"terminal_screen {"id": "term-2"}"#,
+        // A dev server on the host, opened from here: start it, expose its port, fetch the
+        // URL expose_port returned ($URL below).
+        r#"start_job {"command": "exec python3 -m http.server $PORT --bind 127.0.0.1", "id": "agent-demo-web", "working_directory": "agent-demo"}"#,
+        r#"run_shell {"command": "curl -s --retry 20 --retry-connrefused --retry-delay 0 --retry-max-time 2 -o /dev/null http://127.0.0.1:$PORT/ && echo serving"}"#,
+        r#"expose_port {"port": $PORT}"#,
+        r#"fetch_url {"url": "$URLtodo.md"}"#,
+        r#"list_ports {}"#,
+        r#"kill_job {"id": "agent-demo-web"}"#,
     ];
-    // The cursor the last job_output returned, passed back as a model would.
+    // The cursor the last job_output returned, and the URL the last expose_port gave,
+    // passed back as a model would.
     let mut cursor = String::new();
+    let mut url = String::new();
     for (id, line) in calls.into_iter().enumerate() {
-        let line = line.replace("$CURSOR", &cursor);
+        let line = line
+            .replace("$CURSOR", &cursor)
+            .replace("$PORT", &port.to_string())
+            .replace("$URL", &url);
         let line = line.as_str();
         let (name, args) = line.split_once(' ').ok_or(line)?;
         let call = ToolCall::builder()
@@ -194,10 +271,13 @@ async fn main() -> Result<(), Error> {
         if let Some(next) = text.lines().find_map(|l| l.strip_prefix("cursor: ")) {
             cursor = next.to_owned();
         }
+        if let Some((_, after)) = text.split_once("(as a URL: ") {
+            url = after.split(')').next().unwrap_or_default().to_owned();
+        }
         println!("> {line}\n{}\n", text.trim_end());
     }
 
-    for id in ["agent-demo-build", "agent-demo-server"] {
+    for id in ["agent-demo-build", "agent-demo-server", "agent-demo-web"] {
         executor.job(id).await?.remove().await?;
     }
     executor.remove_dir_all(Path::new("agent-demo")).await?;

@@ -133,6 +133,7 @@ pub use jobs::{
 };
 pub use pool::PoolStats;
 pub use swiftide::JobTools;
+pub use swiftide::PortTools;
 pub use swiftide::TerminalTools;
 pub use terminals::{Key, KeyParseError, Screen, Terminal, TerminalOptions, Until, Waited};
 

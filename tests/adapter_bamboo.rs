@@ -64,7 +64,9 @@ async fn schemas_and_classification_follow_bamboo() {
             "terminal_send",
             "terminal_screen",
             "close_terminal",
-            "list_terminals"
+            "list_terminals",
+            "expose_port",
+            "list_ports"
         ]
     );
     for schema in &schemas {
@@ -104,6 +106,8 @@ async fn schemas_and_classification_follow_bamboo() {
         ("open_terminal", ToolMutability::Mutating, false),
         ("terminal_send", ToolMutability::Mutating, false),
         ("close_terminal", ToolMutability::Mutating, false),
+        ("list_ports", ToolMutability::ReadOnly, true),
+        ("expose_port", ToolMutability::Mutating, false),
     ] {
         let c = call(name, "{}");
         assert_eq!(tools.call_mutability(&c), mutability, "{name}");
@@ -669,4 +673,62 @@ async fn terminals_start_in_the_workspace_and_are_driven_with_text_and_keys() {
             .is_empty(),
         "a terminal survived the executor"
     );
+}
+
+#[tokio::test]
+async fn expose_port_reaches_a_server_started_with_bash_in_the_background() {
+    let (testbed, dir, tools) = setup().await;
+    std::fs::write(dir.path().join("health"), "up\n").unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let run = |name: &'static str, args: Value| {
+        let tools = tools.clone();
+        async move {
+            tools
+                .execute(&call(name, &args.to_string()))
+                .await
+                .unwrap_or_else(|e| panic!("{name} {args}: {e:?}"))
+        }
+    };
+    let started = run(
+        "Bash",
+        serde_json::json!({
+            "command": format!("exec python3 -m http.server {port} --bind 127.0.0.1"),
+            "run_in_background": true
+        }),
+    )
+    .await;
+    assert!(started.success, "{}", started.result);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server never listened"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let exposed = run("expose_port", serde_json::json!({ "port": port })).await;
+    assert!(exposed.success, "{}", exposed.result);
+    let address = exposed.result.split_whitespace().nth(6).unwrap().to_owned();
+    let page = common::http_get(&address, "/health").await;
+    assert!(
+        page.starts_with("HTTP/1.0 200") && page.ends_with("\nup\n"),
+        "{page}"
+    );
+    let listed = run("list_ports", serde_json::json!({})).await;
+    assert!(listed.result.contains(&address), "{}", listed.result);
+    let refused = run("expose_port", serde_json::json!({ "port": 0 })).await;
+    assert!(!refused.success, "{}", refused.result);
+    // The background shell: stopped as the model would.
+    let ack: Value = serde_json::from_str(&started.result).unwrap();
+    let id = ack["bash_id"].as_str().unwrap();
+    let killed = run("KillShell", serde_json::json!({ "shell_id": id })).await;
+    assert!(killed.success, "{}", killed.result);
+    drop(testbed);
 }

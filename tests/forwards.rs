@@ -654,3 +654,97 @@ async fn a_closed_executor_makes_no_forwards() {
         .unwrap_err();
     assert!(matches!(error, Error::Closed), "{error:?}");
 }
+
+#[tokio::test]
+async fn expose_port_gives_an_agent_a_local_address_for_a_server_started_as_a_job() {
+    use swiftide_agents::DefaultContext;
+    use swiftide_core::chat_completion::{ToolCall, ToolOutput};
+
+    let tb = common::testbed();
+    let executor = common::executor(&tb).await;
+    let site = tempfile::tempdir_in(tb.scratch_dir()).unwrap();
+    std::fs::write(
+        site.path().join("index.html"),
+        "hello from the build host\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        site.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let (job, port) = common::http_server_job(&executor, site.path()).await;
+
+    let tools = swiftide_ssh_executor::PortTools::new(executor.clone()).tools();
+    let context = DefaultContext::from_executor(executor.clone());
+    let call = |name: &'static str, args: serde_json::Value| {
+        let tools = &tools;
+        let context = &context;
+        async move {
+            let call = ToolCall::builder()
+                .id("call-1")
+                .name(name)
+                .args(args.to_string())
+                .build()
+                .unwrap();
+            let tool = tools.iter().find(|t| t.name() == name).unwrap();
+            tool.invoke(context, &call).await.unwrap()
+        }
+    };
+    let ToolOutput::Text(exposed) = call("expose_port", serde_json::json!({ "port": port })).await
+    else {
+        panic!("expose_port failed");
+    };
+    assert!(
+        exposed.starts_with(&format!("remote port {port} is exposed at 127.0.0.1:")),
+        "{exposed}"
+    );
+    // The address the model reads, opened as its other tools would.
+    let address = exposed
+        .split_whitespace()
+        .nth(6)
+        .unwrap()
+        .trim_end_matches(|c: char| !c.is_ascii_digit())
+        .to_owned();
+    let page = common::http_get(&address, "/index.html").await;
+    assert!(page.starts_with("HTTP/1.0 200"), "{page}");
+    assert!(page.ends_with("hello from the build host\n"), "{page}");
+
+    // Again: the same address, not a second forward.
+    let ToolOutput::Text(again) = call("expose_port", serde_json::json!({ "port": port })).await
+    else {
+        panic!("expose_port failed");
+    };
+    assert!(
+        again.contains(&format!("already exposed at {address}")),
+        "{again}"
+    );
+    let ToolOutput::Text(listed) = call("list_ports", serde_json::json!({})).await else {
+        panic!("list_ports failed");
+    };
+    // (The fetched stream may still be closing: "1 open" or "0 open".)
+    let prefix = format!(
+        "1 of at most 16 ports exposed:\n{address} -> localhost:{port} on the remote host: \
+         connections 1 ("
+    );
+    assert!(
+        listed.starts_with(&prefix) && listed.ends_with(" open, 0 failed)"),
+        "{listed}"
+    );
+    // A mistake the model can act on.
+    assert!(matches!(
+        call("expose_port", serde_json::json!({ "port": 0 })).await,
+        ToolOutput::Fail(_)
+    ));
+    // The tools gone: nothing listens.
+    drop(tools);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while TcpStream::connect(&address).await.is_ok() {
+        assert!(
+            Instant::now() < deadline,
+            "an exposed port outlived its tools"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    job.kill(Duration::from_secs(1)).await.unwrap();
+}

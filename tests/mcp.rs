@@ -68,6 +68,7 @@ async fn every_tool_works_through_rmcp_and_the_root_holds() {
         names,
         [
             "close_terminal",
+            "expose_port",
             "file_info",
             "glob",
             "grep",
@@ -76,6 +77,7 @@ async fn every_tool_works_through_rmcp_and_the_root_holds() {
             "kill_job",
             "list_directory",
             "list_jobs",
+            "list_ports",
             "list_terminals",
             "open_terminal",
             "read_file",
@@ -357,6 +359,56 @@ async fn output_streams_as_progress_and_cancellation_kills_the_remote_group() {
 }
 
 #[tokio::test]
+async fn expose_port_reaches_a_server_the_model_started_as_a_job() {
+    let tb = testbed();
+    let executor = builder(&tb).build_lazy().unwrap();
+    let site = tempfile::tempdir_in(tb.scratch_dir()).unwrap();
+    std::fs::write(site.path().join("status"), "ok\n").unwrap();
+    std::fs::set_permissions(
+        site.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let (job, port) = common::http_server_job(&executor, site.path()).await;
+    let client = connect(SshMcpServer::new(
+        executor.clone(),
+        ServerOptions::default(),
+    ))
+    .await;
+
+    let exposed = call(&client, "expose_port", json!({ "port": port })).await;
+    assert!(!is_error(&exposed), "{}", text(&exposed));
+    let structured = exposed.structured_content.clone().unwrap();
+    let address = structured["address"].as_str().unwrap().to_owned();
+    assert_eq!(structured["url"], format!("http://{address}/"));
+    assert!(text(&exposed).contains(&address), "{}", text(&exposed));
+    let page = common::http_get(&address, "/status").await;
+    assert!(
+        page.starts_with("HTTP/1.0 200") && page.ends_with("\nok\n"),
+        "{page}"
+    );
+    let listed = text(&call(&client, "list_ports", json!({})).await);
+    assert!(
+        listed.starts_with("1 of at most 16 ports exposed:"),
+        "{listed}"
+    );
+    let refused = call(&client, "expose_port", json!({ "port": 0 })).await;
+    assert!(is_error(&refused), "{}", text(&refused));
+
+    // The server gone: its ports close.
+    client.cancel().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while tokio::net::TcpStream::connect(&address).await.is_ok() {
+        assert!(
+            Instant::now() < deadline,
+            "an exposed port outlived the server"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    job.kill(Duration::from_secs(1)).await.unwrap();
+}
+
+#[tokio::test]
 async fn a_dead_host_is_a_clear_tool_error() {
     let port = {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -388,7 +440,7 @@ async fn a_dead_host_is_a_clear_tool_error() {
     let result = call(&client, "open_terminal", json!({})).await;
     assert!(is_error(&result), "{result:?}");
     assert!(text(&result).contains(&expected), "{result:?}");
-    assert_eq!(client.list_all_tools().await.unwrap().len(), 17);
+    assert_eq!(client.list_all_tools().await.unwrap().len(), 19);
     client.cancel().await.unwrap();
 }
 

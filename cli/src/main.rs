@@ -417,12 +417,50 @@ fn method_parser() -> impl clap::builder::TypedValueParser<Value = BecomeMethod>
 /// standard input stays free; without a terminal (cron, CI, `setsid`) opening /dev/tty fails
 /// and this is a usage error, never a read of whatever stdin holds.
 fn ask_password() -> Result<String, Usage> {
+    let _echo_off = EchoOff::on_the_terminal();
     rpassword::prompt_password("BECOME password: ").map_err(|error| {
         Usage(format!(
             "-K/--ask-become-pass needs a terminal to read the password from (/dev/tty: \
              {error}); without one use --become-password-file FILE or ${BECOME_PASSWORD_ENV}"
         ))
     })
+}
+
+/// The controlling terminal's echo turned off from before the prompt shows, and turned back
+/// on when dropped. rpassword 7.5 prints its prompt first and only then turns echo off, so a
+/// password typed the instant the prompt appeared (an `expect` script, a paste) was echoed:
+/// the CLI test that answers the prompt at once saw it on the screen.
+struct EchoOff {
+    tty: std::fs::File,
+    saved: rustix::termios::Termios,
+}
+
+impl EchoOff {
+    /// `None` without a terminal (rpassword then reports that itself).
+    fn on_the_terminal() -> Option<Self> {
+        use rustix::termios::{LocalModes, OptionalActions, tcgetattr, tcsetattr};
+        let tty = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/tty")
+            .ok()?;
+        let saved = tcgetattr(&tty).ok()?;
+        let mut quiet = saved.clone();
+        quiet.local_modes.remove(LocalModes::ECHO);
+        tcsetattr(&tty, OptionalActions::Now, &quiet).ok()?;
+        Some(Self { tty, saved })
+    }
+}
+
+impl Drop for EchoOff {
+    fn drop(&mut self) {
+        rustix::termios::tcsetattr(
+            &self.tty,
+            rustix::termios::OptionalActions::Now,
+            &self.saved,
+        )
+        .ok();
+    }
 }
 
 /// `--shard K/N`.

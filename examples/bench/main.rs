@@ -10,7 +10,7 @@
 //! ```
 //!
 //! Scenarios: latency, throughput, streaming, files, stream_files, coldstart, memory, slowlink,
-//! fleet, jobs, fleet10k, ssh_config, become, terminals.
+//! fleet, jobs, fleet10k, ssh_config, become, terminals, forwards.
 //! Peers: raw russh (the floor), the OpenSSH client (cold, ControlMaster, scp, sftp, tar pipe)
 //! and Python asyncssh (installed into a venv under `target/bench/` on first use); for the fleet
 //! scenario also parallel-ssh (Debian `pssh`) and Ansible (`ansible-core`, venv under `target/bench/`).
@@ -21,6 +21,7 @@ mod r#become;
 mod bulk;
 mod child;
 mod fleet;
+mod forwards;
 mod jobs;
 mod latency;
 mod load;
@@ -63,6 +64,7 @@ pub const SCENARIOS: &[&str] = &[
     "ssh_config",
     "become",
     "terminals",
+    "forwards",
 ];
 
 /// Everything a scenario needs.
@@ -230,6 +232,7 @@ fn run(args: &[String]) -> anyhow::Result<()> {
             "ssh_config" => ssh_config::ssh_config(&mut ctx, &mut report),
             "become" => r#become::become_root(&mut ctx, &mut report),
             "terminals" => terminals::terminals(&mut ctx, &mut report),
+            "forwards" => forwards::forwards(&mut ctx, &mut report),
             _ => unreachable!(),
         };
         if let Err(e) = result {

@@ -30,10 +30,14 @@
 //!   tools; bamboo has no terminal tools of its own). A terminal starts in the workspace
 //!   (`working_directory` relative to it); the executor and its clones share the open
 //!   terminals (at most 8), and dropping the last of them kills every one still open.
+//! * Services on the host (a dev server started with `Bash`): `expose_port` gives a local
+//!   address the agent's other tools open (a local forward, [`SshExecutor::forward_local`]),
+//!   `list_ports` lists them; the arguments and texts of every door. The executor and its
+//!   clones share them (at most 16); dropping the last clone closes them.
 //! * `call_mutability` / `call_concurrency_safe`: `Read`, `Glob`, `Grep`, `GetFileInfo`,
-//!   `BashOutput`, `terminal_screen` and `list_terminals` are read-only and may run in
-//!   parallel; `Bash`, `Write`, `KillShell`, the other terminal tools and unknown names are
-//!   mutating.
+//!   `BashOutput`, `terminal_screen`, `list_terminals` and `list_ports` are read-only and may
+//!   run in parallel; `Bash`, `Write`, `KillShell`, the other terminal tools, `expose_port`
+//!   and unknown names are mutating.
 //! * Permission checks keep bamboo's defaults (this executor adds no gate of its own).
 //! * Relative paths resolve against the workspace given to [`SshToolExecutor::new`].
 //! * `Glob` and `Grep` walk the tree remotely with `find`; they do not apply `.gitignore`
@@ -62,6 +66,9 @@ use crate::{
     command::{ExitStatus, OutputChunk},
     error::{Error, SftpStatus},
     executor::{ExecOptions, SshExecutor},
+    forwards::tools::{
+        EXPOSE_PORT_ABOUT, ExposePortArgs, LIST_PORTS_ABOUT, ListPortsArgs, PortSet, PortToolError,
+    },
     jobs::{
         Job, JobCursor, JobOptions, JobStatus, JobStream,
         tools::{
@@ -100,6 +107,7 @@ const READ_ONLY: &[&str] = &[
     "BashOutput",
     "terminal_screen",
     "list_terminals",
+    "list_ports",
 ];
 const TOOL_NAMES: &[&str] = &[
     "Bash",
@@ -115,6 +123,8 @@ const TOOL_NAMES: &[&str] = &[
     "terminal_screen",
     "close_terminal",
     "list_terminals",
+    "expose_port",
+    "list_ports",
 ];
 
 /// bamboo's built-in shell and file tools on a remote host.
@@ -136,6 +146,8 @@ pub struct SshToolExecutor {
     cursors: Arc<Mutex<HashMap<String, JobCursor>>>,
     /// The open terminals (shared by clones; the last one dropped kills them).
     terminals: Arc<TerminalSet>,
+    /// The exposed ports (shared by clones; the last one dropped closes them).
+    ports: Arc<PortSet>,
 }
 
 impl SshToolExecutor {
@@ -143,6 +155,7 @@ impl SshToolExecutor {
     pub fn new(executor: SshExecutor, workspace: impl Into<PathBuf>) -> Self {
         Self {
             terminals: Arc::new(TerminalSet::new(executor.clone())),
+            ports: Arc::new(PortSet::new(executor.clone())),
             executor,
             workspace: workspace.into(),
             cursors: Arc::default(),
@@ -204,6 +217,15 @@ fn terminal_result(result: Result<String, TerminalToolError>) -> Result<ToolResu
         Ok(answer) => Ok(text(true, answer)),
         Err(TerminalToolError::Model(message)) => Ok(text(false, message)),
         Err(TerminalToolError::Host(message)) => Err(ToolError::Execution(message)),
+    }
+}
+
+/// The result of a port tool, as [`terminal_result`] for terminals.
+fn port_result(result: Result<String, PortToolError>) -> Result<ToolResult, ToolError> {
+    match result {
+        Ok(answer) => Ok(text(true, answer)),
+        Err(PortToolError::Model(message)) => Ok(text(false, message)),
+        Err(PortToolError::Host(message)) => Err(ToolError::Execution(message)),
     }
 }
 
@@ -1053,6 +1075,16 @@ impl ToolExecutor for SshToolExecutor {
                 let ListTerminalsArgs {} = parse(name, args)?;
                 terminal_result(Ok(self.terminals.list()))
             }
+            "expose_port" => port_result(
+                self.ports
+                    .expose(parse(name, args)?)
+                    .await
+                    .map(|(_, text)| text),
+            ),
+            "list_ports" => {
+                let ListPortsArgs {} = parse(name, args)?;
+                port_result(Ok(self.ports.list().await))
+            }
             other => Err(ToolError::NotFound(other.to_owned())),
         };
         result.map(ToolOutcome::Completed)
@@ -1218,6 +1250,16 @@ impl ToolExecutor for SshToolExecutor {
                 "list_terminals",
                 LIST_TERMINALS_ABOUT,
                 schemars::schema_for!(ListTerminalsArgs),
+            ),
+            shared_schema(
+                "expose_port",
+                EXPOSE_PORT_ABOUT,
+                schemars::schema_for!(ExposePortArgs),
+            ),
+            shared_schema(
+                "list_ports",
+                LIST_PORTS_ABOUT,
+                schemars::schema_for!(ListPortsArgs),
             ),
         ]
     }

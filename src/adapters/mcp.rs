@@ -2,7 +2,7 @@
 //! `swiftide-ssh-mcp` binary (its own crate, which parses the command line, builds the
 //! executor and calls [`serve`]), for embedding the server in a program of your own.
 //!
-//! [`SshMcpServer`] is an [`rmcp`] `ServerHandler` with seventeen tools: `run_command`,
+//! [`SshMcpServer`] is an [`rmcp`] `ServerHandler` with nineteen tools: `run_command`,
 //! `read_file`, `write_file`, `list_directory`, `glob`, `grep` and `file_info`; for jobs
 //! (commands that outlive the call, the connection and the server: [`SshExecutor::spawn_job`])
 //! `start_job`, `job_output` (stdout and stderr since a cursor: cursor in, cursor out,
@@ -10,8 +10,11 @@
 //! `list_jobs`; and for terminals (a program in a pseudo-terminal, the login shell by
 //! default, driven with text and named keys and read as a screen:
 //! [`SshExecutor::open_terminal`]) `open_terminal`, `terminal_send`, `terminal_screen`,
-//! `close_terminal` and `list_terminals`. Job and terminal tools take the arguments and give
-//! the texts of every door (the crate's shared job and terminal tools).
+//! `close_terminal` and `list_terminals`; and for services on the host, `expose_port` (a local
+//! address, through a forward: [`SshExecutor::forward_local`], with structured `address` and
+//! `url`) and `list_ports`. Job, terminal and port tools take the arguments and give the
+//! texts of every door (the crate's shared tools). Exposed ports are the server's: they close
+//! when it goes away.
 //!
 //! * **Streaming:** `run_command` sends each batch of output as a `notifications/progress`
 //!   message (progress = bytes so far, message = the text) when the request carried a
@@ -62,6 +65,7 @@ use tokio::sync::Notify;
 use crate::{
     Error, ExecOptions, Execution, ExitStatus, FileMetadata, OutputChunk, SftpStatus, SshExecutor,
     command::quote,
+    forwards::tools::{EXPOSE_PORT_ABOUT, ExposePortArgs, LIST_PORTS_ABOUT, PortSet},
     jobs::tools::{
         JOB_OUTPUT_ABOUT, JOB_STATUS_ABOUT, JobOutputArgs, JobStatusArgs, KILL_JOB_ABOUT,
         KillJobArgs, LIST_JOBS_ABOUT, START_JOB_ABOUT, StartJobArgs, job_output, job_status,
@@ -109,6 +113,8 @@ pub struct SshMcpServer {
     root: Option<PathBuf>,
     /// The open terminals, shared by clones; the last one dropped kills them.
     terminals: Arc<TerminalSet>,
+    /// The exposed ports, shared by clones; the last one dropped closes them.
+    ports: Arc<PortSet>,
     tool_router: ToolRouter<Self>,
 }
 
@@ -307,6 +313,7 @@ impl SshMcpServer {
     pub fn new(executor: SshExecutor, options: ServerOptions) -> Self {
         Self {
             terminals: Arc::new(TerminalSet::new(executor.clone())),
+            ports: Arc::new(PortSet::new(executor.clone())),
             executor,
             root: options.root,
             tool_router: Self::tool_router(),
@@ -706,6 +713,29 @@ impl SshMcpServer {
     async fn list_terminals(&self) -> Result<CallToolResult, ErrorData> {
         Ok(text_result(self.terminals.list()))
     }
+
+    #[tool(description = EXPOSE_PORT_ABOUT)]
+    async fn expose_port(
+        &self,
+        Parameters(args): Parameters<ExposePortArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        into_result(match self.ports.expose(args).await {
+            Ok((local, text)) => {
+                let mut result = text_result(text);
+                result.structured_content = Some(json!({
+                    "address": local.to_string(),
+                    "url": format!("http://{local}/"),
+                }));
+                Ok(result)
+            }
+            Err(error) => Err(error.to_string()),
+        })
+    }
+
+    #[tool(description = LIST_PORTS_ABOUT)]
+    async fn list_ports(&self) -> Result<CallToolResult, ErrorData> {
+        Ok(text_result(self.ports.list().await))
+    }
 }
 
 /// A terminal tool's wait, ended early by the client's `notifications/cancelled` (the
@@ -1092,7 +1122,8 @@ impl ServerHandler for SshMcpServer {
         instructions.push_str(
             " Commands get no stdin and no terminal: run interactive programs (REPLs, \
              prompts, less, top) with open_terminal and terminal_send, and close_terminal them \
-             when done.",
+             when done. A service started on the host (a dev server, a database) is reached \
+             from here through expose_port.",
         );
         if let Some(root) = &self.root {
             instructions.push_str(&format!(

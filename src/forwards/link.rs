@@ -106,8 +106,8 @@ impl Link {
                 Ok(Err(russh::Error::ChannelOpenFailure(reason))) => {
                     return Err(self.refused(target.to_string(), &reason));
                 }
-                // The connection is gone (the server restarted, the network dropped): one
-                // new connection, then the error.
+                // Any other answer from russh means the connection is gone (the server
+                // restarted, the network dropped): one new connection, then the error.
                 Ok(Err(source)) => {
                     self.forget(&session).await;
                     if tries >= 2 {
@@ -119,16 +119,16 @@ impl Link {
                         });
                     }
                 }
+                // No answer yet: the host may still be connecting to a slow target (sshd
+                // answers a direct-tcpip open once its connect ends). This stream gives up;
+                // the connection, and the other streams on it, stay.
                 Err(_) => {
-                    self.forget(&session).await;
-                    if tries >= 2 {
-                        return Err(Error::Timeout {
-                            host: self.pool.config.host.clone(),
-                            port: self.pool.config.port,
-                            phase: Phase::ChannelOpen,
-                            after: self.pool.config.connect_timeout,
-                        });
-                    }
+                    return Err(Error::Timeout {
+                        host: self.pool.config.host.clone(),
+                        port: self.pool.config.port,
+                        phase: Phase::ChannelOpen,
+                        after: self.pool.config.connect_timeout,
+                    });
                 }
             }
         }

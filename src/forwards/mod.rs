@@ -19,6 +19,7 @@ pub(crate) mod link;
 mod pipe;
 mod remote;
 mod socks;
+pub(crate) mod tools;
 
 use std::{
     fmt,

@@ -1,11 +1,14 @@
 //! The swiftide-core 0.33 layer: the `ToolExecutor` implementation (this file), and the job
-//! and terminal tools an agent calls ([`job_tools`], [`terminal_tools`]). The only module
+//! terminal and port tools an agent calls ([`job_tools`], [`terminal_tools`],
+//! [`port_tools`]). The only module
 //! that speaks swiftide's types, so a swiftide upgrade touches this directory alone.
 
 mod job_tools;
+mod port_tools;
 mod terminal_tools;
 
 pub use job_tools::JobTools;
+pub use port_tools::PortTools;
 pub use terminal_tools::TerminalTools;
 
 use std::{path::Path, time::Duration};

@@ -147,7 +147,8 @@ struct TerminalTool {
     kind: Kind,
 }
 
-fn parse<T: DeserializeOwned>(call: &ToolCall) -> Result<T, ToolError> {
+/// A call's JSON arguments as `T` (the port tools parse theirs alike).
+pub(super) fn parse<T: DeserializeOwned>(call: &ToolCall) -> Result<T, ToolError> {
     // A tool without arguments may be called with none at all.
     let raw = call.args().map(str::trim).filter(|raw| !raw.is_empty());
     serde_json::from_str(raw.unwrap_or("{}")).map_err(ToolError::wrong_arguments)

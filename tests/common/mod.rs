@@ -173,3 +173,52 @@ pub fn job_section(text: &str, stream: &str) -> String {
         .map(|line| format!("{line}\n"))
         .collect()
 }
+
+/// `python3 -m http.server` as a job on the testbed's host (this machine), serving `dir`,
+/// on a free port; returns the job and the port once it answers.
+pub async fn http_server_job(
+    executor: &SshExecutor,
+    dir: &std::path::Path,
+) -> (swiftide_ssh_executor::Job, u16) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let job = executor
+        .spawn_job(
+            &format!("exec python3 -m http.server {port} --bind 127.0.0.1"),
+            swiftide_ssh_executor::JobOptions::new().current_dir(dir),
+        )
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the HTTP server job never listened"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    (job, port)
+}
+
+/// `GET path` from `addr` (HTTP/1.0: the server closes when done), the whole response,
+/// within 30 s.
+pub async fn http_get(addr: &str, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let fetch = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request = format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response).await.unwrap();
+        String::from_utf8_lossy(&response).into_owned()
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(30), fetch)
+        .await
+        .expect("no HTTP response within 30 s")
+}
