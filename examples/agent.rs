@@ -10,7 +10,8 @@
 //! ```
 //!
 //! With no arguments it starts a throwaway local sshd (the native testbed; needs
-//! `openssh-server`). To use a real host, name it as in `~/.ssh/config` (user, port, keys and
+//! `openssh-server`; the host needs `python3` for the REPL and the web server, and `curl`).
+//! To use a real host, name it as in `~/.ssh/config` (user, port, keys and
 //! known_hosts come from there). The example works in `agent-demo/` below the login
 //! directory (and refuses to start if it exists), and removes it and its three jobs
 //! (`agent-demo-build`, `agent-demo-server`, `agent-demo-web`: a web server whose port
