@@ -67,7 +67,7 @@ use crate::{
     error::{Error, SftpStatus},
     executor::{ExecOptions, SshExecutor},
     forwards::tools::{
-        EXPOSE_PORT_ABOUT, ExposePortArgs, LIST_PORTS_ABOUT, ListPortsArgs, PortSet, PortToolError,
+        EXPOSE_PORT_ABOUT, ExposePortArgs, LIST_PORTS_ABOUT, ListPortsArgs, PortSet,
     },
     jobs::{
         Job, JobCursor, JobOptions, JobStatus, JobStream,
@@ -79,7 +79,7 @@ use crate::{
     terminals::tools::{
         CLOSE_TERMINAL_ABOUT, CloseTerminalArgs, LIST_TERMINALS_ABOUT, ListTerminalsArgs,
         OPEN_TERMINAL_ABOUT, OpenTerminalArgs, TERMINAL_SCREEN_ABOUT, TERMINAL_SEND_ABOUT,
-        TerminalScreenArgs, TerminalSendArgs, TerminalSet, TerminalToolError,
+        TerminalScreenArgs, TerminalSendArgs, TerminalSet, ToolFailure,
     },
 };
 
@@ -210,22 +210,13 @@ fn failed(error: &Error) -> Result<ToolResult, ToolError> {
     }
 }
 
-/// The result of a terminal tool: its text, a failed result the model can act on, or an
-/// execution error when the host could not give a terminal.
-fn terminal_result(result: Result<String, TerminalToolError>) -> Result<ToolResult, ToolError> {
+/// The result of a terminal or port tool: its text, a failed result the model can act on,
+/// or an execution error when the host could not give a terminal or a forward.
+fn shared_result(result: Result<String, ToolFailure>) -> Result<ToolResult, ToolError> {
     match result {
         Ok(answer) => Ok(text(true, answer)),
-        Err(TerminalToolError::Model(message)) => Ok(text(false, message)),
-        Err(TerminalToolError::Host(message)) => Err(ToolError::Execution(message)),
-    }
-}
-
-/// The result of a port tool, as [`terminal_result`] for terminals.
-fn port_result(result: Result<String, PortToolError>) -> Result<ToolResult, ToolError> {
-    match result {
-        Ok(answer) => Ok(text(true, answer)),
-        Err(PortToolError::Model(message)) => Ok(text(false, message)),
-        Err(PortToolError::Host(message)) => Err(ToolError::Execution(message)),
+        Err(ToolFailure::Model(message)) => Ok(text(false, message)),
+        Err(ToolFailure::Host(message)) => Err(ToolError::Execution(message)),
     }
 }
 
@@ -876,14 +867,14 @@ impl SshToolExecutor {
         let args: OpenTerminalArgs = parse("open_terminal", args)?;
         let (command, mut options) = match args.into_options() {
             Ok(opened) => opened,
-            Err(error) => return terminal_result(Err(error)),
+            Err(error) => return shared_result(Err(error)),
         };
         options.current_dir = Some(match options.current_dir.take() {
             Some(dir) if dir.is_absolute() => dir,
             Some(dir) => self.workspace.join(dir),
             None => self.workspace.clone(),
         });
-        terminal_result(
+        shared_result(
             self.terminals
                 .open(command, options)
                 .await
@@ -1068,14 +1059,14 @@ impl ToolExecutor for SshToolExecutor {
             "Grep" => self.grep(args).await,
             "GetFileInfo" => self.file_info(args).await,
             "open_terminal" => self.open_terminal(args).await,
-            "terminal_send" => terminal_result(self.terminals.send(parse(name, args)?).await),
-            "terminal_screen" => terminal_result(self.terminals.screen(parse(name, args)?).await),
-            "close_terminal" => terminal_result(self.terminals.close(parse(name, args)?).await),
+            "terminal_send" => shared_result(self.terminals.send(parse(name, args)?).await),
+            "terminal_screen" => shared_result(self.terminals.screen(parse(name, args)?).await),
+            "close_terminal" => shared_result(self.terminals.close(parse(name, args)?).await),
             "list_terminals" => {
                 let ListTerminalsArgs {} = parse(name, args)?;
-                terminal_result(Ok(self.terminals.list()))
+                shared_result(Ok(self.terminals.list()))
             }
-            "expose_port" => port_result(
+            "expose_port" => shared_result(
                 self.ports
                     .expose(parse(name, args)?)
                     .await
@@ -1083,7 +1074,7 @@ impl ToolExecutor for SshToolExecutor {
             ),
             "list_ports" => {
                 let ListPortsArgs {} = parse(name, args)?;
-                port_result(Ok(self.ports.list().await))
+                shared_result(Ok(self.ports.list().await))
             }
             other => Err(ToolError::NotFound(other.to_owned())),
         };

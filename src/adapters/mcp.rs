@@ -74,7 +74,7 @@ use crate::{
     terminals::tools::{
         CLOSE_TERMINAL_ABOUT, CloseTerminalArgs, LIST_TERMINALS_ABOUT, OPEN_TERMINAL_ABOUT,
         OpenTerminalArgs, TERMINAL_SCREEN_ABOUT, TERMINAL_SEND_ABOUT, TerminalScreenArgs,
-        TerminalSendArgs, TerminalSet, TerminalToolError,
+        TerminalSendArgs, TerminalSet, ToolFailure,
     },
 };
 
@@ -741,7 +741,7 @@ impl SshMcpServer {
 /// A terminal tool's wait, ended early by the client's `notifications/cancelled` (the
 /// terminal stays open).
 async fn cancellable(
-    work: impl Future<Output = Result<String, TerminalToolError>>,
+    work: impl Future<Output = Result<String, ToolFailure>>,
     context: &RequestContext<RoleServer>,
 ) -> ToolResult<CallToolResult> {
     tokio::select! {

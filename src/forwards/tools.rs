@@ -10,7 +10,6 @@
 
 use std::{
     collections::BTreeMap,
-    fmt,
     net::{Ipv4Addr, SocketAddr},
 };
 
@@ -18,7 +17,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::LocalForward;
-use crate::executor::SshExecutor;
+use crate::{executor::SshExecutor, terminals::tools::ToolFailure};
 
 /// The most ports one door exposes at once.
 pub(crate) const MAX_EXPOSED_PORTS: usize = 16;
@@ -52,23 +51,6 @@ pub(crate) const EXPOSE_PORT_ABOUT: &str = "Make a TCP port on the remote host r
 pub(crate) const LIST_PORTS_ABOUT: &str = "List the remote ports exposed with expose_port: \
     the local address of each, and how many connections it has carried.";
 
-/// Why a port tool call failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum PortToolError {
-    /// A mistake the model can act on (port 0, too many ports): a failed tool result.
-    Model(String),
-    /// The host could not be reached: the door's execution error.
-    Host(String),
-}
-
-impl fmt::Display for PortToolError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            PortToolError::Model(text) | PortToolError::Host(text) => f.write_str(text),
-        }
-    }
-}
-
 /// One door's exposed ports, by `host:port` on the remote side.
 #[derive(Debug)]
 pub(crate) struct PortSet {
@@ -90,9 +72,9 @@ impl PortSet {
     pub(crate) async fn expose(
         &self,
         args: ExposePortArgs,
-    ) -> Result<(SocketAddr, String), PortToolError> {
+    ) -> Result<(SocketAddr, String), ToolFailure> {
         if args.port == 0 {
-            return Err(PortToolError::Model(
+            return Err(ToolFailure::Model(
                 "port must be from 1 to 65535: the port the service listens on on the remote \
                  host"
                     .to_owned(),
@@ -112,7 +94,7 @@ impl PortSet {
             ));
         }
         if exposed.len() >= MAX_EXPOSED_PORTS {
-            return Err(PortToolError::Model(format!(
+            return Err(ToolFailure::Model(format!(
                 "{MAX_EXPOSED_PORTS} ports are exposed already (list_ports shows them); \
                  reuse one of those"
             )));
@@ -122,7 +104,7 @@ impl PortSet {
             .executor
             .forward_local(loopback, host, args.port)
             .await
-            .map_err(|error| PortToolError::Host(error.with_causes()))?;
+            .map_err(|error| ToolFailure::Host(error.with_causes()))?;
         let text = exposed_text(&key, &forward, "exposed");
         let local = forward.local_addr();
         exposed.insert(key, forward);

@@ -6,15 +6,15 @@ use std::{borrow::Cow, sync::Arc};
 
 use async_trait::async_trait;
 use swiftide_core::{
-    AgentContext, CommandError,
+    AgentContext,
     chat_completion::{Tool, ToolBox, ToolCall, ToolOutput, ToolSpec, errors::ToolError},
 };
 
-use super::terminal_tools::parse;
+use super::terminal_tools::{parse, shared_output};
 use crate::{
     executor::SshExecutor,
     forwards::tools::{
-        EXPOSE_PORT_ABOUT, ExposePortArgs, LIST_PORTS_ABOUT, ListPortsArgs, PortSet, PortToolError,
+        EXPOSE_PORT_ABOUT, ExposePortArgs, LIST_PORTS_ABOUT, ListPortsArgs, PortSet,
     },
 };
 
@@ -120,13 +120,7 @@ impl Tool for PortTool {
                 Ok(self.ports.list().await)
             }
         };
-        match result {
-            Ok(text) => Ok(ToolOutput::text(text)),
-            Err(PortToolError::Model(text)) => Ok(ToolOutput::fail(text)),
-            Err(PortToolError::Host(text)) => Err(ToolError::execution_failed(
-                CommandError::ExecutorError(anyhow::anyhow!(text)),
-            )),
-        }
+        shared_output(result)
     }
 
     fn name(&self) -> Cow<'_, str> {

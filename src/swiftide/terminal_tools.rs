@@ -18,7 +18,7 @@ use crate::{
     terminals::tools::{
         CLOSE_TERMINAL_ABOUT, CloseTerminalArgs, LIST_TERMINALS_ABOUT, ListTerminalsArgs,
         OPEN_TERMINAL_ABOUT, OpenTerminalArgs, TERMINAL_SCREEN_ABOUT, TERMINAL_SEND_ABOUT,
-        TerminalScreenArgs, TerminalSendArgs, TerminalSet, TerminalToolError,
+        TerminalScreenArgs, TerminalSendArgs, TerminalSet, ToolFailure,
     },
 };
 
@@ -147,6 +147,19 @@ struct TerminalTool {
     kind: Kind,
 }
 
+/// A terminal or port tool's result as swiftide takes it.
+pub(super) fn shared_output(result: Result<String, ToolFailure>) -> Result<ToolOutput, ToolError> {
+    match result {
+        Ok(text) => Ok(ToolOutput::text(text)),
+        // The model can act on it (another id, another key name, close one first).
+        Err(ToolFailure::Model(text)) => Ok(ToolOutput::fail(text)),
+        // The host could not give a terminal or a forward: the agent loop decides.
+        Err(ToolFailure::Host(text)) => Err(ToolError::execution_failed(
+            CommandError::ExecutorError(anyhow::anyhow!(text)),
+        )),
+    }
+}
+
 /// A call's JSON arguments as `T` (the port tools parse theirs alike).
 pub(super) fn parse<T: DeserializeOwned>(call: &ToolCall) -> Result<T, ToolError> {
     // A tool without arguments may be called with none at all.
@@ -155,7 +168,7 @@ pub(super) fn parse<T: DeserializeOwned>(call: &ToolCall) -> Result<T, ToolError
 }
 
 impl TerminalTool {
-    async fn run(&self, call: &ToolCall) -> Result<Result<String, TerminalToolError>, ToolError> {
+    async fn run(&self, call: &ToolCall) -> Result<Result<String, ToolFailure>, ToolError> {
         let terminals = &self.terminals;
         Ok(match self.kind {
             Kind::Open => {
@@ -185,15 +198,7 @@ impl Tool for TerminalTool {
         _context: &dyn AgentContext,
         call: &ToolCall,
     ) -> Result<ToolOutput, ToolError> {
-        match self.run(call).await? {
-            Ok(text) => Ok(ToolOutput::text(text)),
-            // The model can act on it (another id, another key name, close one first).
-            Err(TerminalToolError::Model(text)) => Ok(ToolOutput::fail(text)),
-            // The host could not give a terminal: the agent loop decides.
-            Err(TerminalToolError::Host(text)) => Err(ToolError::execution_failed(
-                CommandError::ExecutorError(anyhow::anyhow!(text)),
-            )),
-        }
+        shared_output(self.run(call).await?)
     }
 
     fn name(&self) -> Cow<'_, str> {

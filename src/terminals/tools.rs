@@ -192,29 +192,31 @@ pub(crate) const CLOSE_TERMINAL_ABOUT: &str = "Close a terminal: kill its progra
 pub(crate) const LIST_TERMINALS_ABOUT: &str = "List the open terminals: id, whether the \
     program is still running, size and command.";
 
-/// Why a terminal tool call failed.
+/// Why a shared tool call failed: a terminal tool's here, and the port tools'
+/// (`forwards::tools`), which every door maps the same way.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum TerminalToolError {
+pub(crate) enum ToolFailure {
     /// A mistake the model can act on (an unknown id, a bad key name or regex, too many
-    /// terminals, a program that has ended): the text it reads, as a failed tool result.
+    /// terminals or ports, a program that has ended): the text it reads, as a failed tool
+    /// result.
     Model(String),
-    /// The host could not be asked (the executor is closed, the terminal could not start on
-    /// the connection): the door reports it as its framework's execution error.
+    /// The host could not be asked (the executor is closed, the terminal or forward could not
+    /// start on the connection): the door reports it as its framework's execution error.
     Host(String),
 }
 
-impl fmt::Display for TerminalToolError {
+impl fmt::Display for ToolFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            TerminalToolError::Model(text) | TerminalToolError::Host(text) => f.write_str(text),
+            ToolFailure::Model(text) | ToolFailure::Host(text) => f.write_str(text),
         }
     }
 }
 
-type ToolResult<T> = std::result::Result<T, TerminalToolError>;
+type ToolResult<T> = std::result::Result<T, ToolFailure>;
 
-fn model(text: impl Into<String>) -> TerminalToolError {
-    TerminalToolError::Model(text.into())
+fn model(text: impl Into<String>) -> ToolFailure {
+    ToolFailure::Model(text.into())
 }
 
 /// How a program ended, in a few words: `exited with code 0`, `killed by signal KILL`, or
@@ -560,7 +562,7 @@ impl TerminalSet {
             }
             let terminal = self.executor.open_terminal(options).map_err(|e| match e {
                 Error::InvalidInput { reason } => model(reason),
-                other => TerminalToolError::Host(other.to_string()),
+                other => ToolFailure::Host(other.to_string()),
             })?;
             open.last += 1;
             let number = open.last;
@@ -609,7 +611,7 @@ impl TerminalSet {
                 drop(held.take());
                 drop(held);
                 self.forget(number);
-                return Err(TerminalToolError::Host(format!(
+                return Err(ToolFailure::Host(format!(
                     "the terminal could not be opened: {reason}"
                 )));
             }
@@ -796,11 +798,11 @@ impl TerminalSet {
     }
 }
 
-fn closed(id: &str) -> TerminalToolError {
+fn closed(id: &str) -> ToolFailure {
     model(format!("terminal {id} was closed (ids are not reused)"))
 }
 
-fn closed_while_waiting(id: &str) -> TerminalToolError {
+fn closed_while_waiting(id: &str) -> ToolFailure {
     model(format!(
         "terminal {id} was closed by close_terminal while this call waited"
     ))
@@ -820,8 +822,7 @@ mod tests {
     fn bad_keys_name_the_accepted_forms_and_good_ones_parse() {
         let keys = parse_keys(&["Enter".to_owned(), "ctrl-c".to_owned(), "Up".to_owned()]).unwrap();
         assert_eq!(keys, [Key::Enter, Key::Ctrl('C'), Key::Up]);
-        let Err(TerminalToolError::Model(text)) =
-            parse_keys(&["Enter".to_owned(), "Return!".to_owned()])
+        let Err(ToolFailure::Model(text)) = parse_keys(&["Enter".to_owned(), "Return!".to_owned()])
         else {
             panic!("a bad key must be a model error");
         };
@@ -846,8 +847,7 @@ mod tests {
             pattern.is_match("6*7\n42\n>>>"),
             "^ and $ match at each row"
         );
-        let Err(TerminalToolError::Model(text)) =
-            WaitPlan::new(Some("(unclosed"), None, None, true)
+        let Err(ToolFailure::Model(text)) = WaitPlan::new(Some("(unclosed"), None, None, true)
         else {
             panic!("a bad regex must be a model error");
         };
@@ -880,7 +880,7 @@ mod tests {
             r#"{"command": "  "}"#,
         ] {
             assert!(
-                matches!(args(bad).into_options(), Err(TerminalToolError::Model(_))),
+                matches!(args(bad).into_options(), Err(ToolFailure::Model(_))),
                 "{bad}"
             );
         }
