@@ -126,7 +126,10 @@ pub use fleet::{
     Fleet, FleetEvent, FleetJobStates, FleetJobs, FleetReport, FleetSummary, HostRecord,
     HostResult, HostStatus, Inventory,
 };
-pub use forwards::{ForwardStats, ForwardedConnection, LocalForward, RemoteForward};
+pub use forwards::{
+    Forward, ForwardSpec, ForwardStats, ForwardTarget, ForwardedConnection, HostListener,
+    LocalForward, RemoteForward,
+};
 pub use jobs::{
     DEFAULT_SPOOL_CAP, Job, JobCursor, JobDrop, JobDropReason, JobEndCause, JobInfo, JobOptions,
     JobOutput, JobStatus, JobStream,

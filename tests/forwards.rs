@@ -10,7 +10,9 @@ use std::{
 };
 
 use sha2::{Digest, Sha256};
-use swiftide_ssh_executor::{Error, ForwardRefusal, JumpHost, SshExecutor};
+use swiftide_ssh_executor::{
+    Error, Fleet, Forward, ForwardRefusal, ForwardSpec, JumpHost, SshExecutor,
+};
 use swiftide_ssh_testbed::Testbed;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -610,6 +612,22 @@ async fn dropbear_forwards_both_ways() {
         .await
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&run.stdout()), "dropbear -R");
+
+    // Dropbear has no Unix socket forwards: refused, typed, at once.
+    let error = executor
+        .forward_remote_socket("/tmp/swiftide-dropbear.sock", echo)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &error,
+            Error::ForwardRefused {
+                refusal: ForwardRefusal::ListenRefused,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
 }
 
 #[tokio::test]
@@ -641,6 +659,234 @@ async fn a_unix_socket_on_the_host_is_reached_through_direct_streamlocal() {
         round_trip(&mut stream, b"over a socket").await,
         b"over a socket"
     );
+}
+
+/// [`host_client`] for a Unix socket on the host.
+fn host_socket_client(path: &str, text: &str) -> String {
+    format!(
+        "python3 -c 'import socket, sys\n\
+s = socket.socket(socket.AF_UNIX)\n\
+s.settimeout(10)\n\
+s.connect(sys.argv[1])\n\
+s.sendall(sys.argv[2].encode())\n\
+s.shutdown(socket.SHUT_WR)\n\
+sys.stdout.buffer.write(b\"\".join(iter(lambda: s.recv(65536), b\"\")))' '{path}' '{text}'"
+    )
+}
+
+#[tokio::test]
+async fn a_remote_forward_listens_on_a_unix_socket_of_the_host() {
+    let tb = common::testbed();
+    let executor = common::executor(&tb).await;
+    let echo = echo_server().await;
+    // A directory of the login user's on the host, with a space in its name.
+    let dir = executor
+        .run("d=$(mktemp -d) && mkdir \"$d/a dir\" && printf %s \"$d/a dir\"")
+        .await
+        .unwrap();
+    let dir = String::from_utf8(dir.stdout()).unwrap();
+    let path = format!("{dir}/app.sock");
+    let forward = executor.forward_remote_socket(&path, echo).await.unwrap();
+    assert_eq!(forward.remote_port(), 0);
+    assert_eq!(forward.remote_bind(), path);
+    let run = executor
+        .run(&host_socket_client(&path, "through the socket"))
+        .await
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&run.stdout()),
+        "through the socket",
+        "{}",
+        String::from_utf8_lossy(&run.stderr())
+    );
+    assert_eq!(forward.stats().streams, 1);
+
+    // Handed to the caller: no originator for a socket.
+    let streams_path = format!("{dir}/streams.sock");
+    let (streams, mut connections) = executor
+        .forward_remote_socket_streams(&streams_path)
+        .await
+        .unwrap();
+    let client = executor.clone();
+    let command = host_socket_client(&streams_path, "hello");
+    let sent = tokio::spawn(async move { client.run(&command).await.unwrap() });
+    let mut connection = tokio::time::timeout(Duration::from_secs(10), connections.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(connection.originator(), ("", 0));
+    let mut got = Vec::new();
+    connection.read_to_end(&mut got).await.unwrap();
+    assert_eq!(got, b"hello");
+    connection.write_all(b"olleh").await.unwrap();
+    connection.shutdown().await.unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&sent.await.unwrap().stdout()),
+        "olleh"
+    );
+
+    // The same path again on this connection's host: refused, typed.
+    let error = executor
+        .forward_remote_socket(&path, echo)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, Error::ForwardRefused { refusal: ForwardRefusal::ListenRefused, target, .. } if *target == path),
+        "{error:?}"
+    );
+
+    // Closed: nothing answers on the socket any more.
+    forward.close().await;
+    streams.close().await;
+    let run = executor
+        .run(&host_socket_client(&path, "closed"))
+        .await
+        .unwrap();
+    assert_ne!(run.status, swiftide_ssh_executor::ExitStatus::Code(0));
+    assert!(run.stdout().is_empty());
+}
+
+#[tokio::test]
+async fn openssh_syntax_forwards_open_through_one_entry() {
+    let tb = common::testbed();
+    let executor = common::executor(&tb).await;
+    let echo = echo_server().await;
+
+    // -L with OpenSSH's syntax, port 0 picked here.
+    let local = executor
+        .forward(&ForwardSpec::parse_local(&format!("0:localhost:{}", echo.port())).unwrap())
+        .await
+        .unwrap();
+    let addr = local.local_addr().unwrap();
+    assert!(addr.ip().is_loopback());
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    assert_eq!(round_trip(&mut stream, b"-L").await, b"-L");
+    assert!(
+        local
+            .to_string()
+            .contains(&format!("localhost:{}", echo.port())),
+        "{local}"
+    );
+
+    // -R to a Unix socket on this machine, connected per stream.
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("local echo.sock");
+    let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let (mut read, mut write) = stream.split();
+                tokio::io::copy(&mut read, &mut write).await.ok();
+                write.shutdown().await.ok();
+            });
+        }
+    });
+    let spec = ForwardSpec::parse_remote(&format!("0:{}", socket.display())).unwrap();
+    let remote = executor.forward(&spec).await.unwrap();
+    assert_eq!(remote.local_addr(), None);
+    let Forward::Remote(remote) = remote else {
+        panic!("-R made a local forward");
+    };
+    let run = executor
+        .run(&host_client(remote.remote_port(), "-R to a socket"))
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&run.stdout()), "-R to a socket");
+    // A local target that refuses ends the host's connection at once, counted.
+    drop(dir);
+    let run = executor
+        .run(&host_client(remote.remote_port(), "nobody"))
+        .await
+        .unwrap();
+    assert!(run.stdout().is_empty());
+    assert_eq!(remote.stats().failed_streams, 1);
+
+    // -D: a SOCKS5 proxy.
+    let socks = executor
+        .forward(&ForwardSpec::parse_dynamic("127.0.0.1:0").unwrap())
+        .await
+        .unwrap();
+    let mut stream = socks5_connect(socks.local_addr().unwrap(), "localhost", echo.port())
+        .await
+        .unwrap();
+    assert_eq!(round_trip(&mut stream, b"-D").await, b"-D");
+}
+
+/// The first of three ports in a row that are free now (bound, then let go).
+fn three_free_ports() -> u16 {
+    for _ in 0..100 {
+        let first = std::net::TcpListener::bind(LOOPBACK).unwrap();
+        let port = first.local_addr().unwrap().port();
+        let free = |port: u16| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok();
+        if port < u16::MAX - 2 && free(port + 1) && free(port + 2) {
+            return port;
+        }
+    }
+    panic!("no three free ports in a row");
+}
+
+#[tokio::test]
+async fn a_fleet_forwards_each_host_on_a_local_port_of_its_own() {
+    let (one, two) = (common::testbed(), common::testbed());
+    let dead = common::builder(&one)
+        .port(closed_port().await)
+        .connect_timeout(Duration::from_secs(2))
+        .build_lazy()
+        .unwrap();
+    let fleet = Fleet::named([
+        ("one".to_owned(), common::executor(&one).await),
+        ("dead".to_owned(), dead),
+        ("two".to_owned(), common::executor(&two).await),
+    ]);
+    let echo = echo_server().await;
+    let base = three_free_ports();
+    let spec = ForwardSpec::parse_local(&format!("{base}:127.0.0.1:{}", echo.port())).unwrap();
+    let opened = fleet.forward(&[spec], |_| {}).await;
+
+    let statuses = opened.report.statuses();
+    assert!(statuses[0].1.is_ok(), "{statuses:?}");
+    assert!(
+        matches!(
+            statuses[1].1,
+            swiftide_ssh_executor::HostStatus::Unreachable
+        ),
+        "{statuses:?}"
+    );
+    assert!(statuses[2].1.is_ok(), "{statuses:?}");
+    assert_eq!(opened.report.exit_code(), 4);
+    let ports: Vec<(String, u16)> = opened
+        .forwards
+        .iter()
+        .map(|open| (open.host.clone(), open.forward.local_addr().unwrap().port()))
+        .collect();
+    assert_eq!(
+        ports,
+        [("one".to_owned(), base), ("two".to_owned(), base + 2)]
+    );
+    // Each host's summary names its forward.
+    let records = opened.report.records(false);
+    let summary = records[0].stdout.as_deref().unwrap_or_default();
+    assert!(
+        summary.contains(&format!("127.0.0.1:{base} -> 127.0.0.1:")),
+        "{records:?}"
+    );
+
+    for (host, port) in &ports {
+        let mut stream = TcpStream::connect(("127.0.0.1", *port)).await.unwrap();
+        assert_eq!(
+            round_trip(&mut stream, host.as_bytes()).await,
+            host.as_bytes()
+        );
+    }
+    for open in &opened.forwards {
+        let stats = open.forward.stats();
+        assert_eq!(stats.streams, 1, "{}", open.host);
+        assert_eq!(stats.bytes_to_host, open.host.len() as u64);
+    }
+    opened.close().await;
+    for (_, port) in ports {
+        assert!(TcpStream::connect(("127.0.0.1", port)).await.is_err());
+    }
 }
 
 #[tokio::test]

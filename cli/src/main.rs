@@ -9,6 +9,7 @@
 //! swiftide-ssh run -w 'web[01-20]!web07' -b uname -r
 //! swiftide-ssh push -i hosts.ini -g 'web:&prod' --batch 1,10%,50% ./app.conf /etc/app/
 //! swiftide-ssh run -w 'db[1-3]' --become-user postgres -K -- psql -c 'select 1'
+//! swiftide-ssh forward -w 'node[1-3]' -L 9100:localhost:9100   # 9100, 9101, 9102
 //! ```
 #![forbid(unsafe_code)]
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -25,8 +26,8 @@ use std::{
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use swiftide_ssh_executor::{
-    Become, BecomeMethod, Fleet, FleetEvent, FleetReport, HostKeyPolicy, HostRecord, JobOptions,
-    Secret, SshConfig, SshExecutor, SshExecutorBuilder,
+    Become, BecomeMethod, Fleet, FleetEvent, FleetReport, ForwardSpec, HostKeyPolicy, HostRecord,
+    JobOptions, Secret, SshConfig, SshExecutor, SshExecutorBuilder,
     fleet::{
         Batches, Inventory, InventoryHost, LiveLines, exit_code, expand_nodeset, fold_records,
         max_exit_code, read_records, write_failed_hosts, write_records,
@@ -43,7 +44,7 @@ const DEFAULT_JOB_RETENTION_DAYS: u64 = 7;
 /// --become-password-file win over it).
 const BECOME_PASSWORD_ENV: &str = "SWIFTIDE_SSH_BECOME_PASSWORD";
 
-/// Run commands, copy files and start jobs on many hosts over SSH.
+/// Run commands, copy files, start jobs and forward ports on many hosts over SSH.
 ///
 /// Hosts come from node sets (-w), Ansible inventories (-i, -g), host files (--hosts-file)
 /// and ~/.ssh/config aliases; they run in rolling batches with failure thresholds. Output is
@@ -102,6 +103,33 @@ enum Command {
     /// read their output or kill them by that id.
     #[command(subcommand)]
     Job(JobCommand),
+    /// Forward ports through every host, as `ssh -L`, `-R` and `-D` do, until interrupted
+    /// (Ctrl-C, SIGTERM) or for --for SECS.
+    ///
+    /// Each host's forwards are printed as they open (`web1: 127.0.0.1:9100 -> localhost:9100
+    /// on web1`). On several hosts a local listener's port moves up by one per host (-L
+    /// 9100:localhost:9100 on three hosts listens on 9100, 9101 and 9102); port 0 picks a
+    /// free one per host. A host whose forwards do not all open fails (exit code as for
+    /// `run`); the others keep forwarding. When they stop, each host's streams and bytes are
+    /// printed on standard error.
+    Forward {
+        #[command(flatten)]
+        fleet: FleetArgs,
+        /// A local forward: a port here, carried to HOST:HOSTPORT (or a Unix socket) as the
+        /// host reaches it (ssh -L). No BIND (or localhost): loopback; `*`: every address.
+        #[arg(short = 'L', value_name = "[BIND:]PORT:HOST:HOSTPORT")]
+        local: Vec<String>,
+        /// A remote forward: a port (or Unix socket) on the host, carried to HOST:HOSTPORT
+        /// (or a Unix socket) as this machine reaches it (ssh -R). Port 0: the server picks.
+        #[arg(short = 'R', value_name = "[BIND:]PORT:HOST:HOSTPORT")]
+        remote: Vec<String>,
+        /// A SOCKS5 proxy here whose connections the host makes (ssh -D).
+        #[arg(short = 'D', value_name = "[BIND:]PORT")]
+        dynamic: Vec<String>,
+        /// Stop after SECS seconds (default: until interrupted).
+        #[arg(long = "for", value_name = "SECS")]
+        duration: Option<f64>,
+    },
     /// Merge the JSON records of several runs (the shards of one run, say) into one folded
     /// report, with the exit code of the whole.
     Fold {
@@ -973,6 +1001,94 @@ enum Work<'a> {
     JobKill(&'a str, Duration),
 }
 
+/// `swiftide-ssh forward`: opens the forwards on every host, keeps them until interrupted
+/// (or for `duration`), then closes them and prints their counts.
+async fn forward(
+    args: &FleetArgs,
+    specs: &[ForwardSpec],
+    duration: Option<Duration>,
+) -> Result<u8, Usage> {
+    if specs.is_empty() {
+        return Err(Usage("forward needs at least one -L, -R or -D".into()));
+    }
+    if args.escalation.wanted() {
+        return Err(Usage(
+            "forward does not escalate: forwards are the login user's (drop --become)".into(),
+        ));
+    }
+    let fleet = args.fleet(|builder| builder)?;
+    // Watched from before the first forward opens: a signal while the hosts connect stops
+    // the forwards as soon as they are all open (rather than killing the process).
+    let stop = Stop::watch(duration)?;
+    let mut printer = Printer::new(&args.output, Streamed::AtTheEnd, fleet.members().len());
+    let opened = fleet
+        .forward(specs, |event: FleetEvent<'_>| printer.event(event))
+        .await;
+    let code = finish(printer, &args.output, &opened.report)?;
+    if opened.forwards.is_empty() {
+        return Ok(code);
+    }
+    eprintln!(
+        "swiftide-ssh: {} forwards open; {}",
+        opened.forwards.len(),
+        match duration {
+            Some(duration) => format!("closing them in {duration:?}"),
+            None => "Ctrl-C closes them".to_owned(),
+        }
+    );
+    stop.wait().await;
+    for open in &opened.forwards {
+        let stats = open.forward.stats();
+        eprintln!(
+            "{}: {}: {} streams ({} failed), {} bytes to the host, {} from it",
+            open.host,
+            open.forward,
+            stats.streams,
+            stats.failed_streams,
+            stats.bytes_to_host,
+            stats.bytes_from_host
+        );
+    }
+    opened.close().await;
+    Ok(code)
+}
+
+/// What ends `forward`: Ctrl-C, SIGTERM or the end of a duration.
+struct Stop {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+    deadline: Option<tokio::time::Instant>,
+}
+
+impl Stop {
+    /// Starts watching for the signals (from now on they no longer kill the process).
+    fn watch(duration: Option<Duration>) -> Result<Self, Usage> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let watch = |kind: SignalKind, name: &str| {
+            signal(kind).map_err(|error| Usage(format!("cannot watch for {name}: {error}")))
+        };
+        Ok(Stop {
+            interrupt: watch(SignalKind::interrupt(), "SIGINT")?,
+            terminate: watch(SignalKind::terminate(), "SIGTERM")?,
+            deadline: duration.map(|duration| tokio::time::Instant::now() + duration),
+        })
+    }
+
+    async fn wait(mut self) {
+        let elapsed = async {
+            match self.deadline {
+                Some(deadline) => tokio::time::sleep_until(deadline).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+            () = elapsed => {}
+        }
+    }
+}
+
 /// `swiftide-ssh fold`: merges record files into one report.
 fn fold(files: &[PathBuf], failed_hosts: Option<&Path>, max: bool) -> Result<u8, Usage> {
     let mut text = String::new();
@@ -1059,6 +1175,22 @@ async fn dispatch(command: &Command) -> Result<u8, Usage> {
                 rollout(fleet, Streamed::AtTheEnd, Work::JobKill(id, grace)).await
             }
         },
+        Command::Forward {
+            fleet,
+            local,
+            remote,
+            dynamic,
+            duration,
+        } => {
+            let specs = local
+                .iter()
+                .map(|spec| ForwardSpec::parse_local(spec))
+                .chain(remote.iter().map(|spec| ForwardSpec::parse_remote(spec)))
+                .chain(dynamic.iter().map(|spec| ForwardSpec::parse_dynamic(spec)))
+                .collect::<Result<Vec<_>, _>>()?;
+            let duration = duration.map(|secs| seconds("--for", secs)).transpose()?;
+            forward(fleet, &specs, duration).await
+        }
         Command::Fold {
             files,
             failed_hosts,

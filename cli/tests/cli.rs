@@ -141,7 +141,15 @@ fn usage_errors_exit_2() {
     let help = run(&["--help"], home.path());
     assert!(help.status.success());
     let help = text(&help.stdout);
-    for word in ["run", "push", "pull", "job", "fold", "Exit codes"] {
+    for word in [
+        "run",
+        "push",
+        "pull",
+        "job",
+        "forward",
+        "fold",
+        "Exit codes",
+    ] {
         assert!(help.contains(word), "{help}");
     }
     let run_help = text(&run(&["run", "--help"], home.path()).stdout);
@@ -1199,4 +1207,131 @@ fn ask_become_pass_reads_the_terminal_without_echo_and_needs_one() {
         "the password was echoed: {screen}"
     );
     assert!(!stderr.contains(BECOME_PASSWORD), "{stderr}");
+}
+
+/// An echo server on this machine (threads): each connection gets back what it sent, and
+/// its EOF after the sender's.
+fn echo_server() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            std::thread::spawn(move || {
+                let mut reader = stream.try_clone().unwrap();
+                std::io::copy(&mut reader, &mut stream).ok();
+                stream.shutdown(std::net::Shutdown::Write).ok();
+            });
+        }
+    });
+    port
+}
+
+#[test]
+fn forward_holds_the_same_forward_on_every_host_until_terminated() {
+    let (one, two) = (testbed(), testbed());
+    let hosts = Hosts::new(&[("web1", &one), ("web2", &two)], true);
+    let echo = echo_server();
+
+    // Usage: no forward, a malformed one, an escalation.
+    let out = hosts.run(&["forward"], &["-w", "web1"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("-L, -R or -D"));
+    let out = hosts.run(&["forward"], &["-w", "web1", "-L", "8080:localhost"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("-L \"8080:localhost\""),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = hosts.run(&["forward"], &["-w", "web1", "-D", "0", "--become"]);
+    assert_eq!(out.status.code(), Some(2));
+
+    // --for: a SOCKS proxy on each host for a moment, then exit 0.
+    let out = hosts.run(&["forward"], &["-w", "web[1-2]", "-D", "0", "--for", "0.2"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    for host in ["web1", "web2"] {
+        assert!(stdout.contains(&format!("{host}: 127.0.0.1:")), "{stdout}");
+    }
+    assert!(stdout.contains("SOCKS5 through"), "{stdout}");
+
+    // Until SIGTERM: -L on two hosts and a dead one, used through each host's port.
+    let mut child = Command::new(BINARY)
+        .args(hosts.args(
+            &["forward"],
+            &["-w", "web[1-2],dead", "-L", &format!("0:127.0.0.1:{echo}")],
+        ))
+        .env("HOME", hosts.dir.path())
+        .env_remove("SSH_AUTH_SOCK")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
+            if sender.send(line.unwrap()).is_err() {
+                return;
+            }
+        }
+    });
+    let mut ports = Vec::new();
+    while ports.len() < 2 {
+        let line = receiver
+            .recv_timeout(Duration::from_secs(60))
+            .expect("no forward was printed");
+        // `web1: 127.0.0.1:PORT -> 127.0.0.1:ECHO on HOST`
+        let (host, rest) = line.split_once(": ").unwrap();
+        let address = rest.split_once(" -> ").unwrap().0;
+        assert!(rest.contains(&format!("-> 127.0.0.1:{echo} on ")), "{line}");
+        ports.push((
+            host.to_owned(),
+            address.parse::<std::net::SocketAddr>().unwrap(),
+        ));
+    }
+    ports.sort();
+    assert_eq!(ports[0].0, "web1");
+    assert_eq!(ports[1].0, "web2");
+    for (host, address) in &ports {
+        let mut stream = std::net::TcpStream::connect(address).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        std::io::Write::write_all(&mut stream, host.as_bytes()).unwrap();
+        stream.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut back = String::new();
+        std::io::Read::read_to_string(&mut stream, &mut back).unwrap();
+        assert_eq!(&back, host);
+    }
+    let terminated = Command::new("kill")
+        .args(["-s", "TERM", "--", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(terminated.success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = text(&out.stderr);
+    // The dead host failed (4); the others forwarded until the signal.
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(stderr.contains("dead: unreachable"), "{stderr}");
+    assert!(stderr.contains("2 forwards open"), "{stderr}");
+    for (host, address) in &ports {
+        assert!(
+            stderr.contains(&format!("{host}: {address} -> 127.0.0.1:{echo} on ")),
+            "{stderr}"
+        );
+        assert!(
+            std::net::TcpStream::connect(address).is_err(),
+            "{address} still listens"
+        );
+    }
+    assert_eq!(
+        stderr
+            .matches(": 1 streams (0 failed), 4 bytes to the host, 4 from it")
+            .count(),
+        2,
+        "{stderr}"
+    );
 }

@@ -2,7 +2,8 @@
 //! set, Ansible inventory, `~/.ssh/config` alias or failed-hosts file ([`inventory`],
 //! [`nodeset`]); rolling batches with failure thresholds and fail-fast ([`batch`]); retries
 //! of unreachable hosts only; live output per host, in whole lines ([`live`]); files pushed
-//! to and pulled from every host ([`copy`]); one job on every host ([`jobs`]); every host classified ([`HostStatus`]),
+//! to and pulled from every host ([`copy`]); one job on every host ([`jobs`]); the same port
+//! forwards on every host ([`Fleet::forward`]); every host classified ([`HostStatus`]),
 //! folded like `clush -b` ([`fold`]), and recorded as JSON with an exit-code policy
 //! ([`record`]).
 //!
@@ -14,6 +15,7 @@ pub mod copy;
 mod descriptors;
 mod each;
 pub mod fold;
+mod forwards;
 pub mod inventory;
 pub mod jobs;
 pub mod live;
@@ -28,6 +30,7 @@ use tokio::sync::mpsc;
 
 pub use batch::{BatchSize, Batches, Thresholds};
 pub use fold::{FoldedGroup, fold_records};
+pub use forwards::{FleetForwards, HostForward};
 pub use inventory::{Inventory, InventoryHost};
 pub use jobs::{FleetJobStates, FleetJobs};
 pub use live::{LiveLine, LiveLines};

@@ -70,7 +70,7 @@ impl Link {
     /// turns out to be lost. A refusal by the server is [`Error::ForwardRefused`] at once.
     pub(crate) async fn open(
         &self,
-        target: &super::Target,
+        target: &super::ForwardTarget,
         originator: (&str, u32),
     ) -> Result<Channel<Msg>> {
         let mut tries = 0;
@@ -83,7 +83,7 @@ impl Link {
             };
             let opened = tokio::time::timeout(self.pool.config.connect_timeout, async {
                 match target {
-                    super::Target::Tcp { host, port } => {
+                    super::ForwardTarget::Tcp { host, port } => {
                         handle
                             .channel_open_direct_tcpip(
                                 host.as_str(),
@@ -93,7 +93,7 @@ impl Link {
                             )
                             .await
                     }
-                    super::Target::UnixSocket(path) => {
+                    super::ForwardTarget::UnixSocket(path) => {
                         handle
                             .channel_open_direct_streamlocal(path.to_string_lossy())
                             .await

@@ -19,6 +19,7 @@ pub(crate) mod link;
 mod pipe;
 mod remote;
 mod socks;
+mod spec;
 pub(crate) mod tools;
 
 use std::{
@@ -38,6 +39,7 @@ use tokio::{
 };
 
 pub use remote::{ForwardedConnection, RemoteForward};
+pub use spec::{Forward, ForwardSpec, HostListener};
 
 use crate::{
     error::{Error, ForwardRefusal, Result},
@@ -46,21 +48,29 @@ use crate::{
 use link::Link;
 use pipe::{Ended, OpenStream};
 
-/// Where a local forward's streams go, reached from the host.
+/// Where a forward's streams go: for a local forward (`-L`), reached from the host; for a
+/// remote one (`-R`), reached from this machine.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Target {
-    /// A TCP address as the host resolves it (`localhost:8080`, `10.0.0.7:5432`).
-    Tcp { host: String, port: u16 },
-    /// A Unix socket on the host (`/run/postgresql/.s.PGSQL.5432`).
+#[non_exhaustive]
+pub enum ForwardTarget {
+    /// A TCP address, resolved where the connection is made (`localhost:8080`,
+    /// `10.0.0.7:5432`).
+    Tcp {
+        /// A host name or IP address.
+        host: String,
+        /// The port.
+        port: u16,
+    },
+    /// A Unix socket (`/run/postgresql/.s.PGSQL.5432`).
     UnixSocket(PathBuf),
 }
 
-impl fmt::Display for Target {
+impl fmt::Display for ForwardTarget {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Target::Tcp { host, port } if host.contains(':') => write!(f, "[{host}]:{port}"),
-            Target::Tcp { host, port } => write!(f, "{host}:{port}"),
-            Target::UnixSocket(path) => write!(f, "{}", path.display()),
+            ForwardTarget::Tcp { host, port } if host.contains(':') => write!(f, "[{host}]:{port}"),
+            ForwardTarget::Tcp { host, port } => write!(f, "{host}:{port}"),
+            ForwardTarget::UnixSocket(path) => write!(f, "{}", path.display()),
         }
     }
 }
@@ -135,9 +145,9 @@ impl Drop for ForwardTask {
 
 /// What a local listener does with a connection.
 #[derive(Debug, Clone)]
-enum Listening {
+pub(crate) enum Listening {
     /// `ssh -L`: every connection to the same target.
-    Fixed(Target),
+    Fixed(ForwardTarget),
     /// `ssh -D`: the target each SOCKS5 client names.
     Socks,
 }
@@ -202,7 +212,7 @@ impl SshExecutor {
         host: impl Into<String>,
         port: u16,
     ) -> Result<LocalForward> {
-        let target = Target::Tcp {
+        let target = ForwardTarget::Tcp {
             host: host.into(),
             port,
         };
@@ -221,8 +231,11 @@ impl SshExecutor {
         bind: SocketAddr,
         path: impl Into<PathBuf>,
     ) -> Result<LocalForward> {
-        self.listen(bind, Listening::Fixed(Target::UnixSocket(path.into())))
-            .await
+        self.listen(
+            bind,
+            Listening::Fixed(ForwardTarget::UnixSocket(path.into())),
+        )
+        .await
     }
 
     /// A SOCKS5 proxy on `bind` whose connections the host makes: `ssh -D bind`. Clients
@@ -237,7 +250,11 @@ impl SshExecutor {
         self.listen(bind, Listening::Socks).await
     }
 
-    async fn listen(&self, bind: SocketAddr, listening: Listening) -> Result<LocalForward> {
+    pub(crate) async fn listen(
+        &self,
+        bind: SocketAddr,
+        listening: Listening,
+    ) -> Result<LocalForward> {
         let link = Arc::new(Link::new(self.inner.clone()));
         link.session().await?;
         let (listener, local_addr) = bind_listener(bind).map_err(|source| Error::ForwardLocal {
@@ -328,7 +345,7 @@ async fn local_stream(
     let target = match listening {
         Listening::Fixed(target) => target,
         Listening::Socks => match socks::accept(&mut stream).await {
-            Ok(Some((host, port))) => Target::Tcp { host, port },
+            Ok(Some((host, port))) => ForwardTarget::Tcp { host, port },
             Ok(None) => return,
             Err(error) => {
                 tracing::debug!(%peer, %error, "forward: not a SOCKS5 request");

@@ -1,5 +1,6 @@
-//! Remote forwards (`ssh -R`): a listener on the host, asked for with `tcpip-forward`, whose
-//! connections the server opens to us as `forwarded-tcpip` channels.
+//! Remote forwards (`ssh -R`): a listener on the host, asked for with `tcpip-forward` (or
+//! `streamlocal-forward@openssh.com` for a Unix socket), whose connections the server opens
+//! to us as `forwarded-tcpip` (`forwarded-streamlocal@openssh.com`) channels.
 
 use std::{
     fmt,
@@ -13,17 +14,20 @@ use std::{
 use russh::{ChannelStream, client::Msg};
 use tokio::{
     io::{AsyncRead, AsyncWrite, ReadBuf},
-    net::TcpStream,
+    net::{TcpStream, UnixStream},
     sync::{mpsc, watch},
     task::JoinSet,
 };
 
-use super::{ForwardCounters, ForwardStats, ForwardTask, link::Link, pipe, pipe::OpenStream};
+use super::{
+    ForwardCounters, ForwardStats, ForwardTarget, ForwardTask, HostListener, link::Link, pipe,
+    pipe::OpenStream,
+};
 use crate::{
     error::{Error, ForwardRefusal, Result},
     executor::SshExecutor,
     pool::Session,
-    ssh::ForwardedStream,
+    ssh::{ForwardedStream, Listener},
 };
 
 /// Connections accepted on the host and not yet taken by the forward's task.
@@ -31,19 +35,25 @@ const WAITING_STREAMS: usize = 256;
 /// How often a remote forward looks whether its connection is still there.
 const WATCH_CONNECTION: Duration = Duration::from_millis(200);
 
-/// A remote forward (`ssh -R`): the host listens, and each connection to its port is
-/// carried here, to a local address ([`SshExecutor::forward_remote`]) or to the caller
+/// A remote forward (`ssh -R`): the host listens, and each connection to its port (or Unix
+/// socket) is carried here, to a local address ([`SshExecutor::forward_remote`],
+/// [`SshExecutor::forward_remote_socket`]) or to the caller
 /// ([`SshExecutor::forward_remote_streams`]).
 ///
 /// When its connection is lost (the server restarted), the forward dials again and asks for
 /// the same port; [`remote_port`](Self::remote_port) changes only when that port was picked
-/// by the server and is now taken. [`close`](Self::close) cancels the listener on the host
-/// (`cancel-tcpip-forward`) and ends the streams in flight. **Dropping** it ends its task
-/// (best effort, at the runtime's next turn) and with it the forward's connection, which
-/// takes the host's listener along.
+/// by the server and is now taken. (A Unix socket is asked for again at the same path; sshd
+/// refuses that while the lost connection's socket file is still there, unless its
+/// `StreamLocalBindUnlink` is `yes`: the forward keeps asking.) [`close`](Self::close)
+/// cancels the listener on the host (`cancel-tcpip-forward`) and ends the streams in
+/// flight. **Dropping** it ends its task (best effort, at the runtime's next turn) and with
+/// it the forward's connection, which takes the host's listener along.
 #[derive(Debug)]
 pub struct RemoteForward {
-    bind: String,
+    /// Where the host listens, as asked for.
+    on_host: HostListener,
+    /// What its connections are carried to, for display.
+    description: String,
     port: watch::Receiver<u16>,
     counters: Arc<ForwardCounters>,
     link: Arc<Link>,
@@ -51,14 +61,18 @@ pub struct RemoteForward {
 }
 
 impl RemoteForward {
-    /// The port the host listens on (the one the server picked when 0 was asked for).
+    /// The port the host listens on (the one the server picked when 0 was asked for); 0
+    /// for a Unix socket.
     pub fn remote_port(&self) -> u16 {
         *self.port.borrow()
     }
 
-    /// The address the host listens on, as it was asked for.
+    /// The address the host listens on, as it was asked for; for a Unix socket, its path.
     pub fn remote_bind(&self) -> &str {
-        &self.bind
+        match &self.on_host {
+            HostListener::Tcp { bind, .. } => bind,
+            HostListener::UnixSocket(path) => path,
+        }
     }
 
     /// This forward's streams and bytes so far.
@@ -69,15 +83,49 @@ impl RemoteForward {
     /// Cancels the listener on the host and ends the streams in flight.
     pub async fn close(mut self) {
         self.task.stop().await;
-        let port = u32::from(self.remote_port());
+        let listening = self.listening();
         if let Ok(session) = self.link.session().await {
-            session.forwarded.remove(port);
+            session.forwarded.remove(&listening.route());
             if let Some(handle) = session.handle() {
-                handle
-                    .cancel_tcpip_forward(self.bind.as_str(), port)
-                    .await
-                    .ok();
+                match &listening {
+                    HostListener::Tcp { bind, port } => {
+                        handle
+                            .cancel_tcpip_forward(bind.as_str(), u32::from(*port))
+                            .await
+                    }
+                    HostListener::UnixSocket(path) => {
+                        handle.cancel_streamlocal_forward(path.as_str()).await
+                    }
+                }
+                .ok();
             }
+        }
+    }
+
+    /// Where the host listens now (with the port the server picked).
+    fn listening(&self) -> HostListener {
+        match &self.on_host {
+            HostListener::Tcp { bind, .. } => HostListener::Tcp {
+                bind: bind.clone(),
+                port: self.remote_port(),
+            },
+            socket => socket.clone(),
+        }
+    }
+}
+
+impl fmt::Display for RemoteForward {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} -> {}", self.listening(), self.description)
+    }
+}
+
+impl HostListener {
+    /// The key the connection's handler routes this listener's channels by.
+    fn route(&self) -> Listener {
+        match self {
+            HostListener::Tcp { port, .. } => Listener::Port(u32::from(*port)),
+            HostListener::UnixSocket(path) => Listener::Socket(path.clone()),
         }
     }
 }
@@ -94,7 +142,7 @@ pub struct ForwardedConnection {
 
 impl ForwardedConnection {
     /// The address and port of the peer that connected on the host, as the server reports
-    /// them.
+    /// them (`("", 0)` for a connection to a Unix socket: the server names none).
     pub fn originator(&self) -> (&str, u32) {
         (&self.originator.0, self.originator.1)
     }
@@ -138,9 +186,9 @@ impl AsyncWrite for ForwardedConnection {
 
 /// Where a remote forward's streams go.
 #[derive(Debug)]
-enum Deliver {
-    /// Each connected to this local address and pumped.
-    Local(SocketAddr),
+pub(super) enum Deliver {
+    /// Each connected to this target (from this machine) and pumped.
+    To(ForwardTarget),
     /// Each handed to the caller.
     Caller(mpsc::Sender<ForwardedConnection>),
 }
@@ -165,7 +213,30 @@ impl SshExecutor {
         port: u16,
         local: SocketAddr,
     ) -> Result<RemoteForward> {
-        self.remote(bind.into(), port, Deliver::Local(local)).await
+        let on_host = HostListener::Tcp {
+            bind: bind.into(),
+            port,
+        };
+        self.remote(on_host, Deliver::To(local_target(local))).await
+    }
+
+    /// Asks the host to listen on the Unix socket `path` and carries each connection to it
+    /// to `local` on this machine: `ssh -R /path:local` (`streamlocal-forward@openssh.com`;
+    /// OpenSSH's `AllowStreamLocalForwarding` decides, and creates the socket with its
+    /// `StreamLocalBindMask`, 0177 by default: only the login user can connect). A path
+    /// that already exists is refused unless the server's `StreamLocalBindUnlink` is `yes`.
+    /// [`close`](RemoteForward::close) removes the socket on the host.
+    ///
+    /// # Errors
+    /// As [`forward_remote`](Self::forward_remote); Dropbear has no Unix socket forwards
+    /// and refuses with [`Error::ForwardRefused`].
+    pub async fn forward_remote_socket(
+        &self,
+        path: impl Into<String>,
+        local: SocketAddr,
+    ) -> Result<RemoteForward> {
+        let on_host = HostListener::UnixSocket(path.into());
+        self.remote(on_host, Deliver::To(local_target(local))).await
     }
 
     /// As [`forward_remote`](Self::forward_remote), but each connection to the host's port
@@ -179,26 +250,57 @@ impl SshExecutor {
         bind: impl Into<String>,
         port: u16,
     ) -> Result<(RemoteForward, mpsc::Receiver<ForwardedConnection>)> {
+        let on_host = HostListener::Tcp {
+            bind: bind.into(),
+            port,
+        };
+        self.remote_streams(on_host).await
+    }
+
+    /// As [`forward_remote_socket`](Self::forward_remote_socket), but each connection to
+    /// the host's socket is handed to the caller, as
+    /// [`forward_remote_streams`](Self::forward_remote_streams) hands them.
+    ///
+    /// # Errors
+    /// As [`forward_remote_socket`](Self::forward_remote_socket).
+    pub async fn forward_remote_socket_streams(
+        &self,
+        path: impl Into<String>,
+    ) -> Result<(RemoteForward, mpsc::Receiver<ForwardedConnection>)> {
+        self.remote_streams(HostListener::UnixSocket(path.into()))
+            .await
+    }
+
+    async fn remote_streams(
+        &self,
+        on_host: HostListener,
+    ) -> Result<(RemoteForward, mpsc::Receiver<ForwardedConnection>)> {
         let (sender, receiver) = mpsc::channel(WAITING_STREAMS);
-        let forward = self
-            .remote(bind.into(), port, Deliver::Caller(sender))
-            .await?;
+        let forward = self.remote(on_host, Deliver::Caller(sender)).await?;
         Ok((forward, receiver))
     }
 
-    async fn remote(&self, bind: String, port: u16, deliver: Deliver) -> Result<RemoteForward> {
+    pub(super) async fn remote(
+        &self,
+        on_host: HostListener,
+        deliver: Deliver,
+    ) -> Result<RemoteForward> {
         let link = Arc::new(Link::new(self.inner.clone()));
         let session = link.session().await?;
         let (incoming, streams) = mpsc::channel(WAITING_STREAMS);
-        let allocated = request(&link, &session, &bind, port, &incoming).await?;
-        tracing::debug!(host = %self.host(), %bind, port = allocated, "remote forward listening");
+        let allocated = request(&link, &session, &on_host, &incoming).await?;
+        tracing::debug!(host = %self.host(), listener = %on_host, port = allocated,
+            "remote forward listening");
+        let description = match &deliver {
+            Deliver::To(target) => format!("{target} from {}", self.host()),
+            Deliver::Caller(_) => format!("the caller's streams from {}", self.host()),
+        };
         let (port_tx, port_rx) = watch::channel(allocated);
         let counters = Arc::new(ForwardCounters::default());
         let task = ForwardTask::spawn(keep(Kept {
             link: link.clone(),
             session,
-            bind: bind.clone(),
-            asked: port,
+            on_host: on_host.clone(),
             port: port_tx,
             incoming,
             streams,
@@ -206,7 +308,8 @@ impl SshExecutor {
             counters: counters.clone(),
         }));
         Ok(RemoteForward {
-            bind,
+            on_host,
+            description,
             port: port_rx,
             counters,
             link,
@@ -215,72 +318,96 @@ impl SshExecutor {
     }
 }
 
-/// Asks `session` to listen on `bind:port` and routes its channels to `incoming`. Returns
-/// the port the host listens on.
+fn local_target(local: SocketAddr) -> ForwardTarget {
+    ForwardTarget::Tcp {
+        host: local.ip().to_string(),
+        port: local.port(),
+    }
+}
+
+/// Asks `session` to listen on `on_host` and routes its channels to `incoming`. Returns the
+/// port the host listens on (0 for a Unix socket).
 async fn request(
     link: &Link,
     session: &Arc<Session>,
-    bind: &str,
-    port: u16,
+    on_host: &HostListener,
     incoming: &mpsc::Sender<ForwardedStream>,
 ) -> Result<u16> {
+    let (host, port) = (&link.pool().config.host, link.pool().config.port);
     let Some(handle) = session.handle() else {
         return Err(Error::ConnectionLost {
-            host: link.pool().config.host.clone(),
-            port: link.pool().config.port,
+            host: host.clone(),
+            port,
         });
     };
     let refused = || Error::ForwardRefused {
-        host: link.pool().config.host.clone(),
-        port: link.pool().config.port,
-        target: if bind.contains(':') {
-            format!("[{bind}]:{port}")
-        } else {
-            format!("{bind}:{port}")
-        },
+        host: host.clone(),
+        port,
+        target: on_host.to_string(),
         refusal: ForwardRefusal::ListenRefused,
-        reason: "the server refused to listen there (PermitListen, AllowTcpForwarding, \
-                 GatewayPorts, a port in use or privileged)"
-            .to_owned(),
+        reason: match on_host {
+            HostListener::Tcp { .. } => {
+                "the server refused to listen there (PermitListen, \
+                AllowTcpForwarding, GatewayPorts, a port in use or privileged)"
+            }
+            HostListener::UnixSocket(_) => {
+                "the server refused to listen there \
+                (AllowStreamLocalForwarding, the path exists, its directory not writable, or \
+                no Unix socket forwards in this server)"
+            }
+        }
+        .to_owned(),
     };
     // Routed before the request: the server may open a channel as soon as it listens.
-    if port != 0 {
-        session.forwarded.add(u32::from(port), incoming.clone());
+    let asked_port = match on_host {
+        HostListener::Tcp { port, .. } => *port,
+        HostListener::UnixSocket(_) => 0,
+    };
+    let route = on_host.route();
+    if route != Listener::Port(0) {
+        session.forwarded.add(route.clone(), incoming.clone());
     }
-    let answer = tokio::time::timeout(
-        link.pool().config.connect_timeout,
-        handle.tcpip_forward(bind, u32::from(port)),
-    )
-    .await;
-    let allocated = match answer {
-        Ok(Ok(0)) => port,
-        Ok(Ok(picked)) => u16::try_from(picked).map_err(|_| refused())?,
-        Ok(Err(russh::Error::RequestDenied)) => {
-            session.forwarded.remove(u32::from(port));
-            return Err(refused());
+    let answer = tokio::time::timeout(link.pool().config.connect_timeout, async {
+        match on_host {
+            HostListener::Tcp { bind, port } => {
+                handle.tcpip_forward(bind.as_str(), u32::from(*port)).await
+            }
+            HostListener::UnixSocket(path) => {
+                handle.streamlocal_forward(path.as_str()).await.map(|()| 0)
+            }
         }
+    })
+    .await;
+    let failed = |error: Error| {
+        session.forwarded.remove(&route);
+        Err(error)
+    };
+    let allocated = match answer {
+        Ok(Ok(0)) => asked_port,
+        Ok(Ok(picked)) => u16::try_from(picked).map_err(|_| refused())?,
+        Ok(Err(russh::Error::RequestDenied)) => return failed(refused()),
         Ok(Err(source)) => {
-            session.forwarded.remove(u32::from(port));
-            return Err(Error::Ssh {
-                host: link.pool().config.host.clone(),
-                port: link.pool().config.port,
+            return failed(Error::Ssh {
+                host: host.clone(),
+                port,
                 phase: crate::error::Phase::ChannelOpen,
                 source,
             });
         }
         Err(_) => {
-            session.forwarded.remove(u32::from(port));
-            return Err(Error::Timeout {
-                host: link.pool().config.host.clone(),
-                port: link.pool().config.port,
+            return failed(Error::Timeout {
+                host: host.clone(),
+                port,
                 phase: crate::error::Phase::ChannelOpen,
                 after: link.pool().config.connect_timeout,
             });
         }
     };
-    session
-        .forwarded
-        .add(u32::from(allocated), incoming.clone());
+    if let HostListener::Tcp { .. } = on_host {
+        session
+            .forwarded
+            .add(Listener::Port(u32::from(allocated)), incoming.clone());
+    }
     Ok(allocated)
 }
 
@@ -288,9 +415,8 @@ async fn request(
 struct Kept {
     link: Arc<Link>,
     session: Arc<Session>,
-    bind: String,
-    /// The port asked for (0: the server's pick).
-    asked: u16,
+    /// Where the host listens, as asked for (port 0: the server's pick).
+    on_host: HostListener,
     port: watch::Sender<u16>,
     incoming: mpsc::Sender<ForwardedStream>,
     streams: mpsc::Receiver<ForwardedStream>,
@@ -310,8 +436,13 @@ async fn keep(mut kept: Kept) {
             Some(stream) = kept.streams.recv() => {
                 let open = OpenStream::new(kept.counters.clone(), kept.link.pool().clone());
                 match &kept.deliver {
-                    Deliver::Local(local) => {
-                        pumps.spawn(serve_locally(stream, *local, open, kept.counters.clone()));
+                    Deliver::To(target) => {
+                        pumps.spawn(serve_locally(
+                            stream,
+                            target.clone(),
+                            open,
+                            kept.counters.clone(),
+                        ));
                     }
                     Deliver::Caller(sender) => {
                         let connection = ForwardedConnection {
@@ -349,23 +480,34 @@ async fn reconnect(kept: &mut Kept) -> bool {
             return false;
         }
         if let Ok(session) = kept.link.session().await {
-            let previous = *kept.port.borrow();
-            let again = request(&kept.link, &session, &kept.bind, previous, &kept.incoming).await;
-            let again = match again {
-                Err(Error::ForwardRefused { .. }) if kept.asked == 0 => {
-                    request(&kept.link, &session, &kept.bind, 0, &kept.incoming).await
+            let (link, incoming) = (&kept.link, &kept.incoming);
+            let again = match &kept.on_host {
+                HostListener::Tcp { bind, port: asked } => {
+                    let previous = HostListener::Tcp {
+                        bind: bind.clone(),
+                        port: *kept.port.borrow(),
+                    };
+                    match request(link, &session, &previous, incoming).await {
+                        Err(Error::ForwardRefused { .. }) if *asked == 0 => {
+                            request(link, &session, &kept.on_host, incoming).await
+                        }
+                        other => other,
+                    }
                 }
-                other => other,
+                HostListener::UnixSocket(_) => {
+                    request(link, &session, &kept.on_host, incoming).await
+                }
             };
             match again {
                 Ok(port) => {
-                    tracing::debug!(bind = %kept.bind, port, "remote forward listening again");
+                    tracing::debug!(listener = %kept.on_host, port, "remote forward listening again");
                     kept.session = session;
                     kept.port.send_replace(port);
                     return true;
                 }
                 Err(error) => {
-                    tracing::debug!(bind = %kept.bind, %error, "remote forward: asking again failed");
+                    tracing::debug!(listener = %kept.on_host, %error,
+                        "remote forward: asking again failed");
                 }
             }
         }
@@ -374,27 +516,50 @@ async fn reconnect(kept: &mut Kept) -> bool {
     }
 }
 
-/// One connection from the host, carried to `local`.
+/// One connection from the host, carried to `target` (connected from this machine).
 async fn serve_locally(
     stream: ForwardedStream,
-    local: SocketAddr,
+    target: ForwardTarget,
     open: OpenStream,
     counters: Arc<ForwardCounters>,
 ) {
-    let mut socket = match TcpStream::connect(local).await {
-        Ok(socket) => socket,
-        Err(error) => {
-            tracing::debug!(%local, %error, "remote forward: local target refused");
-            open.failed();
-            // The host's peer sees its connection end.
-            stream.channel.close().await.ok();
-            return;
-        }
-    };
-    socket.set_nodelay(true).ok();
-    if let pipe::Ended::Broken(error) = pipe::pump(&mut socket, stream.channel, &counters).await {
-        tracing::debug!(%local, %error, "remote forward: stream broken");
+    let refused = |error: std::io::Error| {
+        tracing::debug!(%target, %error, "remote forward: local target refused");
         open.failed();
-        socket.set_zero_linger().ok();
+    };
+    match &target {
+        ForwardTarget::Tcp { host, port } => {
+            match TcpStream::connect((host.as_str(), *port)).await {
+                Ok(mut socket) => {
+                    socket.set_nodelay(true).ok();
+                    if let pipe::Ended::Broken(error) =
+                        pipe::pump(&mut socket, stream.channel, &counters).await
+                    {
+                        tracing::debug!(%target, %error, "remote forward: stream broken");
+                        open.failed();
+                        socket.set_zero_linger().ok();
+                    }
+                }
+                Err(error) => {
+                    refused(error);
+                    // The host's peer sees its connection end.
+                    stream.channel.close().await.ok();
+                }
+            }
+        }
+        ForwardTarget::UnixSocket(path) => match UnixStream::connect(path).await {
+            Ok(mut socket) => {
+                if let pipe::Ended::Broken(error) =
+                    pipe::pump(&mut socket, stream.channel, &counters).await
+                {
+                    tracing::debug!(%target, %error, "remote forward: stream broken");
+                    open.failed();
+                }
+            }
+            Err(error) => {
+                refused(error);
+                stream.channel.close().await.ok();
+            }
+        },
     }
 }

@@ -1,6 +1,7 @@
-//! Where the server's `forwarded-tcpip` channels go: each connection keeps the remote forwards
-//! (`tcpip-forward`, `ssh -R`) requested on it, and the handler hands every channel the server
-//! opens for one of them to that forward's receiver.
+//! Where the server's `forwarded-tcpip` and `forwarded-streamlocal@openssh.com` channels go:
+//! each connection keeps the remote forwards (`tcpip-forward` and `streamlocal-forward`,
+//! `ssh -R`) requested on it, and the handler hands every channel the server opens for one of
+//! them to that forward's receiver.
 
 use std::{
     collections::HashMap,
@@ -18,41 +19,51 @@ pub(crate) struct ForwardedStream {
     pub(crate) originator: (String, u32),
 }
 
-/// The remote forwards requested on one connection, by the port the server listens on.
+/// What a remote forward listens on, on the host: the key of its channels' route.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum Listener {
+    /// A TCP port (`tcpip-forward`).
+    Port(u32),
+    /// A Unix socket's path (`streamlocal-forward@openssh.com`).
+    Socket(String),
+}
+
+/// The remote forwards requested on one connection, by the port or socket the server listens
+/// on.
 ///
-/// Keyed by port only: OpenSSH reports the listen address of a `forwarded-tcpip` channel as the
+/// A TCP forward is keyed by its port only: OpenSSH reports the listen address of a `forwarded-tcpip` channel as the
 /// request spelled it (`localhost`, `127.0.0.1`, `""`), and one connection cannot hold two
 /// forwards of the same port on the host anyway (the second request is refused).
 #[derive(Debug, Default)]
 pub(crate) struct ForwardedRoutes {
-    routes: Mutex<HashMap<u32, mpsc::Sender<ForwardedStream>>>,
+    routes: Mutex<HashMap<Listener, mpsc::Sender<ForwardedStream>>>,
 }
 
 impl ForwardedRoutes {
-    /// From now on, channels for `port` go to `sender`.
-    pub(crate) fn add(&self, port: u32, sender: mpsc::Sender<ForwardedStream>) {
-        self.lock().insert(port, sender);
+    /// From now on, channels for `listener` go to `sender`.
+    pub(crate) fn add(&self, listener: Listener, sender: mpsc::Sender<ForwardedStream>) {
+        self.lock().insert(listener, sender);
     }
 
-    /// Channels for `port` are refused from now on.
-    pub(crate) fn remove(&self, port: u32) {
-        self.lock().remove(&port);
+    /// Channels for `listener` are refused from now on.
+    pub(crate) fn remove(&self, listener: &Listener) {
+        self.lock().remove(listener);
     }
 
-    /// The receiver of channels for `port`, if its forward still wants them.
-    pub(crate) fn route(&self, port: u32) -> Option<mpsc::Sender<ForwardedStream>> {
+    /// The receiver of channels for `listener`, if its forward still wants them.
+    pub(crate) fn route(&self, listener: &Listener) -> Option<mpsc::Sender<ForwardedStream>> {
         let mut routes = self.lock();
-        match routes.get(&port) {
+        match routes.get(listener) {
             Some(sender) if !sender.is_closed() => Some(sender.clone()),
             Some(_) => {
-                routes.remove(&port);
+                routes.remove(listener);
                 None
             }
             None => None,
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u32, mpsc::Sender<ForwardedStream>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Listener, mpsc::Sender<ForwardedStream>>> {
         self.routes.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }

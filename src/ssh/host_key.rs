@@ -11,7 +11,7 @@ use crate::{
     config::{HostKeyPolicy, expand_home},
     error::Error,
     ssh::{
-        forwarded::{ForwardedStream, SharedRoutes},
+        forwarded::{ForwardedStream, Listener, SharedRoutes},
         known_hosts::{self, KnownHosts, Verdict},
     },
 };
@@ -133,6 +133,36 @@ impl ClientHandler {
             },
         }
     }
+
+    /// Hands a channel the server opened for a remote forward to that forward, or refuses it
+    /// when no forward of this connection listens there (any more).
+    async fn hand_over(
+        &self,
+        listener: Listener,
+        channel: russh::Channel<russh::client::Msg>,
+        originator: (String, u32),
+        reply: russh::client::ChannelOpenHandle,
+    ) {
+        let Some(route) = self.forwarded.route(&listener) else {
+            tracing::debug!(host = %self.host, ?listener,
+                "refused a forwarded connection: no forward listens there");
+            drop(reply);
+            return;
+        };
+        // A forward that does not take its streams fast enough has them refused rather than
+        // queued without bound (the peer on the host sees its connection closed).
+        let Ok(permit) = route.try_reserve() else {
+            tracing::debug!(host = %self.host, ?listener,
+                "refused a forwarded connection: its forward is closed or has too many waiting");
+            drop(reply);
+            return;
+        };
+        reply.accept().await;
+        permit.send(ForwardedStream {
+            channel,
+            originator,
+        });
+    }
 }
 
 impl russh::client::Handler for ClientHandler {
@@ -157,8 +187,8 @@ impl russh::client::Handler for ClientHandler {
         }
     }
 
-    /// A connection on a remote forward's listener: handed to that forward, or refused when
-    /// no forward of this connection listens on `connected_port` (any more).
+    /// A connection on a remote forward's TCP listener: handed to that forward, or refused
+    /// when no forward of this connection listens on `connected_port` (any more).
     async fn server_channel_open_forwarded_tcpip(
         &mut self,
         channel: russh::Channel<russh::client::Msg>,
@@ -169,25 +199,24 @@ impl russh::client::Handler for ClientHandler {
         reply: russh::client::ChannelOpenHandle,
         _session: &mut russh::client::Session,
     ) -> Result<(), Self::Error> {
-        let Some(route) = self.forwarded.route(connected_port) else {
-            tracing::debug!(host = %self.host, port = connected_port,
-                "refused a forwarded connection: no forward listens there");
-            drop(reply);
-            return Ok(());
-        };
-        // A forward that does not take its streams fast enough has them refused rather than
-        // queued without bound (the peer on the host sees its connection closed).
-        let Ok(permit) = route.try_reserve() else {
-            tracing::debug!(host = %self.host, port = connected_port,
-                "refused a forwarded connection: its forward is closed or has too many waiting");
-            drop(reply);
-            return Ok(());
-        };
-        reply.accept().await;
-        permit.send(ForwardedStream {
-            channel,
-            originator: (originator_address.to_owned(), originator_port),
-        });
+        let originator = (originator_address.to_owned(), originator_port);
+        self.hand_over(Listener::Port(connected_port), channel, originator, reply)
+            .await;
+        Ok(())
+    }
+
+    /// A connection on a remote forward's Unix socket on the host, as for TCP. The server
+    /// names no originator for these (the peer is a local process on the host).
+    async fn server_channel_open_forwarded_streamlocal(
+        &mut self,
+        channel: russh::Channel<russh::client::Msg>,
+        socket_path: &str,
+        reply: russh::client::ChannelOpenHandle,
+        _session: &mut russh::client::Session,
+    ) -> Result<(), Self::Error> {
+        let listener = Listener::Socket(socket_path.to_owned());
+        self.hand_over(listener, channel, (String::new(), 0), reply)
+            .await;
         Ok(())
     }
 

@@ -13,6 +13,6 @@ mod known_hosts;
 mod quick_ack;
 
 pub(crate) use connect::dial;
-pub(crate) use forwarded::{ForwardedStream, SharedRoutes};
+pub(crate) use forwarded::{ForwardedStream, Listener, SharedRoutes};
 pub(crate) use host_key::ClientHandler;
 pub(crate) use jump::{HopCache, HopChain, describe_open_failure};
