@@ -122,6 +122,13 @@ async def main():
         _, c = await many(conn, callers, callers, min(callers, int(o.get("max_channels", "8"))))
         elapsed = time.perf_counter() - started
         print(f"RESULT elapsed={elapsed} ok={c.ok} errors={c.errors} retries={c.retries}")
+    elif mode == "forward":
+        # asyncssh's `ssh -L`: listens until killed; says where once it does.
+        conn = await connect(o)
+        listener = await conn.forward_local_port(
+            "127.0.0.1", int(o["listen_port"]), "127.0.0.1", int(o["dest_port"]))
+        print(f"LISTENING port={listener.get_port()}", flush=True)
+        await listener.wait_closed()
     else:
         raise SystemExit(f"unknown mode {mode}")
 

@@ -176,7 +176,7 @@ fn run(args: &[String]) -> anyhow::Result<()> {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
     let asyncssh = if only
         .iter()
-        .any(|s| s == "latency" || s == "throughput" || s == "coldstart" || s == "fleet")
+        .any(|s| ["latency", "throughput", "coldstart", "fleet", "forwards"].contains(&s.as_str()))
     {
         println!("peer: Python asyncssh");
         AsyncSsh::setup(&target_dir.join("bench"))

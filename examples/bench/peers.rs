@@ -260,6 +260,26 @@ impl AsyncSsh {
         mode: &str,
         args: &[(&str, String)],
     ) -> anyhow::Result<HashMap<String, String>> {
+        let out = self
+            .command(ssh, mode, args)
+            .stdin(Stdio::null())
+            .output()?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let Some(line) = stdout.lines().rev().find(|l| l.starts_with("RESULT ")) else {
+            bail!(
+                "asyncssh {mode} failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+                    .lines()
+                    .last()
+                    .unwrap_or("")
+            );
+        };
+        Ok(parse_kv(line.trim_start_matches("RESULT ")))
+    }
+
+    /// The script in `mode` against the testbed, with `args`, not started.
+    pub fn command(&self, ssh: &OpenSsh, mode: &str, args: &[(&str, String)]) -> Command {
         let mut cmd = Command::new(&self.python);
         cmd.arg(&self.script)
             .arg(format!("mode={mode}"))
@@ -275,19 +295,7 @@ impl AsyncSsh {
             cmd.env("SWB_CPU_USAGE", usage)
                 .env("SWB_CPU_V2", if v2 { "1" } else { "0" });
         }
-        let out = cmd.stdin(Stdio::null()).output()?;
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let Some(line) = stdout.lines().rev().find(|l| l.starts_with("RESULT ")) else {
-            bail!(
-                "asyncssh {mode} failed ({}): {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-                    .lines()
-                    .last()
-                    .unwrap_or("")
-            );
-        };
-        Ok(parse_kv(line.trim_start_matches("RESULT ")))
+        cmd
     }
 }
 
