@@ -183,6 +183,11 @@ impl SshExecutor {
         self.inner.config.port
     }
 
+    /// The login user (the one given, else the running uid's login name).
+    pub fn user(&self) -> &str {
+        &self.inner.config.user
+    }
+
     /// The configured remote working directory (`None`: the login directory).
     pub fn workdir(&self) -> Option<&Path> {
         self.inner.config.workdir.as_deref()

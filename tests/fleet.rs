@@ -434,8 +434,8 @@ async fn an_unreachable_host_is_retried_until_it_comes_up_and_a_timeout_never() 
     let slow = testbed();
     late.stop();
     let fleet = named(vec![
-        // The executor retries refused dials itself within its connect timeout; a host down
-        // for longer (a reboot) is the fleet's to retry.
+        // In a fleet a refused dial fails at once, as with ssh; a host that is down (a
+        // reboot) is the fleet's to retry, explicitly.
         (
             "late",
             builder(&late)

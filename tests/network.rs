@@ -313,3 +313,117 @@ async fn connecting_to_a_cut_host_times_out() {
     assert!(took >= connect_timeout, "{took:?}");
     assert!(took < connect_timeout + SLACK, "{took:?}");
 }
+
+/// A fleet reports dead hosts at the cost `ssh` pays: a port that refuses and a name that
+/// does not resolve are unreachable at once (one attempt, no dial retried), while a host
+/// that answers nothing (its network cut: SYNs dropped) keeps the connect timeout.
+#[tokio::test]
+async fn a_fleet_reports_refused_and_unresolvable_hosts_at_once_and_silent_ones_at_the_timeout() {
+    use swiftide_ssh_executor::{Fleet, HostStatus};
+    let Some(silent) = netns_testbed(Testbed::builder()) else {
+        return;
+    };
+    silent.cut_network().unwrap();
+    let up = common::testbed();
+    let refused_port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    // A long connect timeout: a refused dial retried within it (as a single executor rides
+    // through an sshd restart) would show as seconds here.
+    let long = Duration::from_secs(15);
+    let silent_timeout = Duration::from_secs(2);
+    let refused = builder(&up)
+        .port(refused_port)
+        .connect_timeout(long)
+        .build_lazy()
+        .unwrap();
+    let unresolvable = builder(&up)
+        .host("no-such-host.invalid")
+        .connect_timeout(long)
+        .build_lazy()
+        .unwrap();
+    let members = vec![
+        ("up".to_owned(), builder(&up).build_lazy().unwrap()),
+        ("refused".to_owned(), refused.clone()),
+        ("unresolvable".to_owned(), unresolvable.clone()),
+        (
+            "silent".to_owned(),
+            builder(&silent)
+                .connect_timeout(silent_timeout)
+                .build_lazy()
+                .unwrap(),
+        ),
+    ];
+    let report = bounded(
+        "a fleet with dead hosts",
+        Fleet::named(members).run("echo up", |_| {}),
+    )
+    .await;
+    let by_name = |name: &str| {
+        report
+            .results
+            .iter()
+            .find(|result| result.name == name)
+            .unwrap_or_else(|| panic!("no result for {name}: {report:?}"))
+    };
+    assert_eq!(by_name("up").status(), HostStatus::Ok, "{report:?}");
+    for name in ["refused", "unresolvable"] {
+        let result = by_name(name);
+        figure(
+            &format!("fleet_{name}_host_reported_after"),
+            secs(result.duration),
+        );
+        assert_eq!(
+            result.status(),
+            HostStatus::Unreachable,
+            "{name}: {report:?}"
+        );
+        assert_eq!(result.attempts, 1, "{name}");
+        assert!(
+            matches!(result.outcome, Err(Error::Connect { .. })),
+            "{name}: {:?}",
+            result.outcome
+        );
+        assert!(
+            result.duration < long / 3,
+            "{name} took {:?}",
+            result.duration
+        );
+    }
+    for (name, executor) in [("refused", &refused), ("unresolvable", &unresolvable)] {
+        let stats = executor.pool_stats();
+        assert_eq!(stats.dial_retries, 0, "{name}: {stats:?}");
+        assert_eq!(stats.dial_failures, 1, "{name}: {stats:?}");
+    }
+    let silent_result = by_name("silent");
+    figure(
+        "fleet_silent_host_reported_after",
+        secs(silent_result.duration),
+    );
+    assert_eq!(
+        silent_result.status(),
+        HostStatus::Unreachable,
+        "{report:?}"
+    );
+    assert!(
+        matches!(silent_result.outcome, Err(Error::Timeout { .. })),
+        "{:?}",
+        silent_result.outcome
+    );
+    assert!(silent_result.duration >= silent_timeout, "{report:?}");
+
+    // The same refused host on its own, outside a fleet, still retries within its connect
+    // timeout (the ride-through of an sshd restart).
+    let alone = builder(&up)
+        .port(refused_port)
+        .connect_timeout(Duration::from_millis(600))
+        .build_lazy()
+        .unwrap();
+    let error = alone.run("true").await.unwrap_err();
+    assert!(
+        alone.pool_stats().dial_retries >= 1,
+        "{error}: {:?}",
+        alone.pool_stats()
+    );
+}

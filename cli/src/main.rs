@@ -252,7 +252,8 @@ struct HostArgs {
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Connection")]
 struct ConnectionArgs {
-    /// Login user (default: ansible_user, the ssh config's User, else $USER).
+    /// Login user (default: ansible_user, the ssh config's User, else the login name of the
+    /// running uid, from its passwd entry as ssh takes it).
     #[arg(short = 'l', value_name = "USER")]
     user: Option<String>,
     /// SSH port (default: ansible_port, the ssh config's Port, else 22).
@@ -330,6 +331,11 @@ struct OutputArgs {
     /// No progress bar, even on a terminal.
     #[arg(long)]
     no_progress: bool,
+    /// Print the hosts the selection flags pick (after -w, -x, -i/-g, --hosts-file and
+    /// --shard), one a line as `NAME USER@ADDRESS:PORT` (or JSON records with --json), and
+    /// exit without connecting (Ansible's --list-hosts).
+    #[arg(long)]
+    list_hosts: bool,
 }
 
 /// Privilege escalation, Ansible's "become": everything the subcommand does on a host (the
@@ -684,6 +690,46 @@ impl FleetArgs {
         &self,
         tune: impl Fn(SshExecutorBuilder) -> SshExecutorBuilder,
     ) -> Result<Fleet, Usage> {
+        let fleet = self.selected(tune)?;
+        // Last, after every usage error the hosts could give: -K asks on the terminal here.
+        if let Some(escalation) = self.escalation.escalation()? {
+            return Ok(fleet.with_become(escalation)?);
+        }
+        Ok(fleet)
+    }
+
+    /// `--list-hosts`: prints the selected hosts without connecting to any; true when it
+    /// did (the subcommand then does nothing else).
+    fn list_hosts(&self) -> Result<bool, Usage> {
+        if !self.output.list_hosts {
+            return Ok(false);
+        }
+        let fleet = self.selected(|builder| builder)?;
+        let mut stdout = std::io::stdout().lock();
+        for (name, executor) in fleet.names().iter().zip(fleet.members()) {
+            let (user, address, port) = (executor.user(), executor.host(), executor.port());
+            let line = if self.output.json {
+                serde_json::json!({"name": name, "user": user, "address": address, "port": port})
+                    .to_string()
+            } else if address.contains(':') {
+                format!("{name} {user}@[{address}]:{port}")
+            } else {
+                format!("{name} {user}@{address}:{port}")
+            };
+            // A closed pipe (`| head`) ends the listing, nothing more.
+            if writeln!(stdout, "{line}").is_err() {
+                break;
+            }
+        }
+        Ok(true)
+    }
+
+    /// The selected hosts as a fleet with this command line's rollout settings, without
+    /// the escalation (which may ask for a password).
+    fn selected(
+        &self,
+        tune: impl Fn(SshExecutorBuilder) -> SshExecutorBuilder,
+    ) -> Result<Fleet, Usage> {
         let config = match &self.hosts.ssh_config {
             Some(path) => SshConfig::load(path)?,
             None => SshConfig::user_config()?,
@@ -723,10 +769,6 @@ impl FleetArgs {
         }
         if let Some(percent) = rollout.max_fail_percentage {
             fleet = fleet.max_fail_percentage(percent);
-        }
-        // Last, after every usage error the hosts could give: -K asks on the terminal here.
-        if let Some(escalation) = self.escalation.escalation()? {
-            fleet = fleet.with_become(escalation)?;
         }
         Ok(fleet.fail_fast(rollout.fail_fast))
     }
@@ -961,6 +1003,9 @@ fn finish(printer: Printer, output: &OutputArgs, report: &FleetReport) -> Result
 }
 
 async fn rollout(args: &FleetArgs, streamed: Streamed, work: Work<'_>) -> Result<u8, Usage> {
+    if args.list_hosts()? {
+        return Ok(0);
+    }
     let fleet = args.fleet(|builder| match &work {
         Work::JobStart { retention, .. } => builder.job_retention(*retention),
         _ => builder,
@@ -1008,6 +1053,9 @@ async fn forward(
     specs: &[ForwardSpec],
     duration: Option<Duration>,
 ) -> Result<u8, Usage> {
+    if args.list_hosts()? {
+        return Ok(0);
+    }
     if specs.is_empty() {
         return Err(Usage("forward needs at least one -L, -R or -D".into()));
     }

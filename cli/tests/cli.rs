@@ -1335,3 +1335,139 @@ fn forward_holds_the_same_forward_on_every_host_until_terminated() {
         "{stderr}"
     );
 }
+
+/// The running uid's login name from the passwd database, as ssh takes it.
+fn login_name() -> String {
+    let out = Command::new("id").arg("-un").output().unwrap();
+    text(&out.stdout).trim().to_owned()
+}
+
+#[test]
+fn the_login_name_comes_from_passwd_without_user_and_list_hosts_connects_to_nothing() {
+    let bed = testbed();
+    assert_eq!(
+        bed.user(),
+        login_name(),
+        "this test needs the testbed's login to be the running account"
+    );
+    let hosts = Hosts::new(&[("web1", &bed)], true);
+    // A config entry without `User`: the login name must come from passwd, with USER and
+    // LOGNAME gone from the environment.
+    let config = hosts.path("no_user_config");
+    std::fs::write(
+        &config,
+        format!(
+            "Host web1\n  HostName {}\n  Port {}\n  IdentityFile {}\n  IdentitiesOnly yes\n  \
+             UserKnownHostsFile {}\n",
+            bed.host(),
+            bed.port(),
+            bed.private_key_path().display(),
+            bed.known_hosts_path().display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(BINARY)
+        .args([
+            "run",
+            "-F",
+            config.to_str().unwrap(),
+            "-t",
+            "5",
+            "-w",
+            "web1",
+            "id",
+            "-un",
+        ])
+        .env("HOME", hosts.dir.path())
+        .env_remove("USER")
+        .env_remove("LOGNAME")
+        .env_remove("SSH_AUTH_SOCK")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), format!("web1: {}\n", login_name()));
+
+    // --list-hosts: the selection after every flag, and nothing contacted (the dead host is
+    // listed, not reported unreachable).
+    let dead_port = {
+        let listed = hosts.run(&["run"], &["-w", "dead", "--list-hosts", "true"]);
+        assert_eq!(listed.status.code(), Some(0), "{}", text(&listed.stderr));
+        let line = text(&listed.stdout);
+        assert!(line.starts_with("dead nobody@127.0.0.1:"), "{line}");
+        assert!(text(&listed.stderr).is_empty(), "{}", text(&listed.stderr));
+        line.trim()
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .parse::<u16>()
+            .unwrap()
+    };
+    let out = hosts.run(
+        &["push"],
+        &[
+            "-w",
+            "web1,dead",
+            "-x",
+            "dead",
+            "--list-hosts",
+            "/etc/hostname",
+            "/tmp/",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        text(&out.stdout),
+        format!("web1 {}@{}:{}\n", bed.user(), bed.host(), bed.port())
+    );
+    let out = hosts.run(
+        &["job", "start"],
+        &["-w", "web1,dead", "--list-hosts", "--json", "sleep", "1"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let listed: Vec<Value> = text(&out.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(listed.len(), 2);
+    assert_eq!(listed[1]["name"], "dead");
+    assert_eq!(listed[1]["user"], "nobody");
+    assert_eq!(listed[1]["port"], dead_port);
+    assert_eq!(listed[0]["address"], bed.host());
+    // Shards narrow the listing too: the two shards of two hosts cover both, once.
+    let mut names = Vec::new();
+    for shard in ["0/2", "1/2"] {
+        let out = hosts.run(
+            &["run"],
+            &["-w", "web1,dead", "--shard", shard, "--list-hosts", "true"],
+        );
+        assert_eq!(out.status.code(), Some(0));
+        names.extend(
+            text(&out.stdout)
+                .lines()
+                .map(|l| l.split(' ').next().unwrap().to_owned()),
+        );
+    }
+    names.sort();
+    assert_eq!(names, ["dead", "web1"]);
+}
+
+#[test]
+fn a_refused_host_is_unreachable_at_once_in_one_attempt() {
+    let bed = testbed();
+    let hosts = Hosts::new(&[("web1", &bed)], true);
+    let started = Instant::now();
+    // -t 30: a refused connect retried within the connect timeout would take seconds.
+    let config = hosts.config.to_str().unwrap();
+    let out = run(
+        &["run", "-F", config, "-t", "30", "-w", "web1,dead", "--json", "true"],
+        hosts.dir.path(),
+    );
+    let took = started.elapsed();
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+    let records = records(&out);
+    assert_eq!(status_of(&records, "dead"), "unreachable");
+    let dead = records.iter().find(|r| r["host"] == "dead").unwrap();
+    assert_eq!(dead["attempts"], 1, "{dead}");
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+}

@@ -93,7 +93,7 @@ struct Destination {
     /// Default 22 (or the alias's Port).
     #[arg(long, value_name = "PORT", env = "SWIFTIDE_SSH_PORT")]
     port: Option<u16>,
-    /// Default $USER (or the alias's User).
+    /// Default: the alias's User, else the login name of the running uid (its passwd entry, as ssh takes it).
     #[arg(long, value_name = "USER", env = "SWIFTIDE_SSH_USER")]
     user: Option<String>,
 }

@@ -132,7 +132,8 @@ impl SshExecutorBuilder {
         self
     }
 
-    /// The login user. Defaults to the local `$USER`.
+    /// The login user. Defaults to the login name of the running uid (its passwd entry, as
+    /// OpenSSH takes it; `$USER` is not read).
     pub fn user(mut self, user: impl Into<String>) -> Self {
         self.user = Some(user.into());
         self
@@ -473,9 +474,12 @@ impl SshExecutorBuilder {
             .ok_or_else(|| config_error("a host is required"))?;
         let user = match self.user {
             Some(user) => user,
-            None => std::env::var("USER")
-                .or_else(|_| std::env::var("LOGNAME"))
-                .map_err(|_| config_error("no user given and $USER is not set"))?,
+            None => crate::config::local_user().ok_or_else(|| {
+                config_error(
+                    "no user given, and the running uid has no passwd entry to take a login \
+                     name from",
+                )
+            })?,
         };
         if self.max_connections == 0 {
             return Err(config_error("max_connections must be at least 1"));

@@ -212,8 +212,9 @@ pub(crate) fn launch(inner: &Arc<Pool>, request: ExecRequest, input: Option<Inpu
     let (kill_tx, kill_rx) = oneshot::channel::<()>();
     let budget = Arc::new(tokio::sync::Semaphore::new(OUTPUT_BUDGET));
     let gate = Arc::new(StartGate::default());
-    // The driver's events belong to the caller's command span.
-    tokio::spawn(
+    // The driver's events belong to the caller's command span, and its dials follow the
+    // caller's policy (a fleet's fail at once when refused).
+    tokio::spawn(crate::pool::keeping_dial_policy(
         drive(
             inner.clone(),
             request,
@@ -224,7 +225,7 @@ pub(crate) fn launch(inner: &Arc<Pool>, request: ExecRequest, input: Option<Inpu
             input,
         )
         .instrument(tracing::Span::current()),
-    );
+    ));
     Launched {
         started,
         events,

@@ -23,6 +23,7 @@ pub use escalation::{Become, PasswordProvider, PasswordRequest};
 pub use host_key_policy::HostKeyPolicy;
 pub use jump_host::JumpHost;
 pub(crate) use jump_host::{Hop, JumpTarget, resolve_hops};
+pub(crate) use ssh_config::local_user;
 pub use ssh_config::{HostConfig, SshConfig, StrictHostKeyChecking};
 
 /// Frozen settings shared by every clone of an executor.

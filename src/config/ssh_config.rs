@@ -1118,9 +1118,14 @@ impl Tokens<'_> {
             'p' => self.port.to_string(),
             'r' => self
                 .remote_user
-                .ok_or_else(|| missing("a User or $USER"))?
+                .ok_or_else(|| missing("a User or a local login name"))?
                 .to_owned(),
-            'u' => self.local_user.ok_or_else(|| missing("$USER"))?.to_owned(),
+            'u' => self
+                .local_user
+                .ok_or_else(|| {
+                    missing("the local login name (no passwd entry for the running uid)")
+                })?
+                .to_owned(),
             'd' => self
                 .home
                 .ok_or_else(|| missing("a home directory"))?
@@ -1226,11 +1231,28 @@ fn home_dir() -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
+/// The local login name, as OpenSSH finds it: the passwd entry of the running uid (never
+/// `$USER`, which containers, systemd units and cron often leave unset, and which a caller
+/// can set to anything). Looked up once per process: a passwd lookup may ask NSS (LDAP,
+/// SSSD), and a fleet builds thousands of executors.
 pub(crate) fn local_user() -> Option<String> {
-    std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .ok()
-        .filter(|u| !u.is_empty())
+    static LOGIN: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    LOGIN
+        .get_or_init(|| {
+            #[cfg(unix)]
+            {
+                nix::unistd::User::from_uid(nix::unistd::Uid::current())
+                    .ok()
+                    .flatten()
+                    .map(|user| user.name)
+                    .filter(|name| !name.is_empty())
+            }
+            #[cfg(not(unix))]
+            {
+                std::env::var("USERNAME").ok().filter(|u| !u.is_empty())
+            }
+        })
+        .clone()
 }
 
 #[cfg(unix)]

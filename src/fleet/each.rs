@@ -24,6 +24,7 @@ use crate::{
     config::limit,
     error::Result,
     executor::SshExecutor,
+    pool::dials_failing_fast,
 };
 
 /// An operation's result with `status` and `summary` as its standard output.
@@ -179,7 +180,14 @@ impl Fleet {
                     loop {
                         // On the heap: an operation's future (a copy's reads and writes, a job's
                         // start) is large, and a debug build's test thread overflowed its stack.
-                        let outcome = Box::pin(attempt_once(index, executor, tx.clone())).await;
+                        // A refused or unresolvable host fails at once, as with ssh: the
+                        // fleet's own retries are the explicit way to wait for one.
+                        let outcome = Box::pin(dials_failing_fast(attempt_once(
+                            index,
+                            executor,
+                            tx.clone(),
+                        )))
+                        .await;
                         let status = HostStatus::of(&outcome);
                         if status.is_retryable()
                             && attempt <= self.retries

@@ -282,7 +282,9 @@ impl Registry {
     /// dropped the connection, as a restarting sshd does) is retried with exponential backoff
     /// (25 ms doubling to 1 s, ±50 % jitter so that many executors do not retry in step)
     /// until `connect_timeout` has passed since the first attempt; authentication and
-    /// host-key refusals, bad settings and timeouts are not retried.
+    /// host-key refusals, bad settings and timeouts are not retried. Within
+    /// [`dials_failing_fast`], a TCP connect that fails (refused, reset, a name that does not
+    /// resolve) is not retried either.
     async fn dial(&self) -> Result<Arc<Session>> {
         let started = Instant::now();
         let mut delay = Duration::from_millis(25);
@@ -330,7 +332,9 @@ impl Registry {
                 }));
             }
             let pause = delay.mul_f64(rand::random_range(0.5..1.5));
+            let fail_fast = matches!(error, Error::Connect { .. }) && failing_fast();
             if is_transient(&error)
+                && !fail_fast
                 && started.elapsed().saturating_add(pause) < self.config.connect_timeout
             {
                 tracing::debug!(host = %self.config.host, port = self.config.port, %error,
@@ -440,6 +444,37 @@ fn spawn_disconnect(session: Arc<Session>) {
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
         runtime.spawn(async move { session.disconnect().await });
     }
+}
+
+tokio::task_local! {
+    /// Set around a fleet's attempt on one host ([`dials_failing_fast`]).
+    static DIALS_FAIL_FAST: bool;
+}
+
+/// Runs `work` with dials that do not retry a failed TCP connect.
+///
+/// A single executor rides through an sshd restart by retrying a refused connect until its
+/// connect timeout; a fleet wants the opposite: a host whose port refuses (or whose name does
+/// not resolve) is down, and reporting it takes what it takes `ssh`, not the connect timeout.
+/// Waiting for a rebooting host stays the fleet's explicit retries. Dials made in `work`'s
+/// task see it, and so do the tasks it starts through [`keeping_dial_policy`] (a command's
+/// driver, which dials the pool's first connection). The server dropping an accepted
+/// connection during the handshake (sshd's `MaxStartups`) is still retried.
+pub(crate) async fn dials_failing_fast<F: std::future::Future>(work: F) -> F::Output {
+    DIALS_FAIL_FAST.scope(true, work).await
+}
+
+/// `work` with the dial policy of the calling task, for a task spawned on its behalf.
+pub(crate) fn keeping_dial_policy<F: std::future::Future>(
+    work: F,
+) -> impl std::future::Future<Output = F::Output> {
+    DIALS_FAIL_FAST.scope(failing_fast(), work)
+}
+
+fn failing_fast() -> bool {
+    DIALS_FAIL_FAST
+        .try_with(|fail_fast| *fail_fast)
+        .unwrap_or(false)
 }
 
 /// Whether a failed dial may well succeed if tried again shortly: the server was not
