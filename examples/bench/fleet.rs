@@ -2084,3 +2084,137 @@ fn hard_nofile() -> String {
         })
         .unwrap_or_else(|| "20000".to_owned())
 }
+
+/// Scenario `deadhosts` (issue 37): 100 hosts with 10 of them refusing connections (ports
+/// nothing listens on), against the same 100 all up, for ours and for clush, interleaved.
+/// A dead host should cost what it costs `ssh` (a refused connect: at once), so the run with
+/// 10 down should take no longer than the run with all up (goal ≤ 1.1×). Wall times are
+/// the client processes' (spawn to exit), the same measure for both clients.
+pub fn dead_hosts(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
+    let n = 100;
+    let down = 10;
+    let bench_dir = {
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
+        target.join("bench")
+    };
+    std::fs::create_dir_all(&bench_dir)?;
+    let helper = bench_dir.join("fleet_peers.py");
+    std::fs::write(&helper, HELPER)?;
+    let clush = match setup_clush(&bench_dir.join("ansible-venv")) {
+        Ok((clush, version)) => {
+            println!("  peer: {version}");
+            Some(clush)
+        }
+        Err(why) => {
+            report.note(format!("deadhosts: clush peer skipped: {why}"));
+            None
+        }
+    };
+    let scratch = tempfile::Builder::new().prefix("swb-dead").tempdir()?;
+    let hosts = Hosts::start(n, scratch.path(), "dead-all-up")?;
+    // Every tenth host's port swapped for one nothing listens on (bound, then let go).
+    let refusing = free_ports(down)?;
+    let mut ports = hosts.endpoints.ports.clone();
+    for (slot, port) in refusing.iter().enumerate() {
+        ports[slot * (n / down)] = *port;
+    }
+    let with_dead = Endpoints::write(
+        scratch.path(),
+        "dead-ten-down",
+        ports,
+        hosts.endpoints.keys.clone(),
+    )?;
+    let target = |endpoints| Target {
+        endpoints,
+        user: &hosts.user,
+        key: &hosts.key,
+        concurrency: CONCURRENCY,
+    };
+    let (all_up, ten_down) = (target(&hosts.endpoints), target(&with_dead));
+    println!("  {n} hosts; then the same with {down} of them refusing connections");
+
+    let rounds = ctx.size(5, 3);
+    // (client, with dead hosts) -> process wall times of the valid runs.
+    let mut times: HashMap<(&str, bool), Vec<Duration>> = HashMap::new();
+    let mut clients: Vec<&str> = vec!["ours"];
+    if clush.is_some() {
+        clients.push("clush");
+    }
+    for round in 0..rounds {
+        let mut order: Vec<(&str, bool)> = clients
+            .iter()
+            .flat_map(|client| [(*client, false), (*client, true)])
+            .collect();
+        let turn = round % order.len();
+        order.rotate_left(turn);
+        for (client, dead) in order {
+            let t = if dead { &ten_down } else { &all_up };
+            let run = match (client, &clush) {
+                ("clush", Some(clush)) => run_clush(clush, &helper, t, scratch.path()),
+                _ => run_ours(t, scratch.path()),
+            };
+            let expected = if dead { n - down } else { n };
+            if let Some(failure) = &run.failure
+                && !(client == "clush" && dead)
+            {
+                bail!("{client} (dead hosts: {dead}) failed: {failure}");
+            }
+            ensure!(
+                run.ok == expected,
+                "{client} (dead hosts: {dead}): {} hosts answered, expected {expected}",
+                run.ok
+            );
+            println!(
+                "    round {round}: {client:5} {} {:.2} s",
+                if dead { "10 down" } else { "all up " },
+                run.process_wall.as_secs_f64()
+            );
+            times
+                .entry((client, dead))
+                .or_default()
+                .push(run.process_wall);
+        }
+    }
+    let median = |client: &str, dead: bool| -> anyhow::Result<Samples> {
+        let runs = times
+            .get(&(client, dead))
+            .with_context(|| format!("no runs of {client}"))?;
+        Ok(Samples::new(runs.clone()))
+    };
+    let (ours_up, ours_dead) = (median("ours", false)?, median("ours", true)?);
+    let cost = ours_dead.median().as_secs_f64() / ours_up.median().as_secs_f64();
+    report.row(
+        format!("deadhosts: {n} hosts with {down} refusing vs all up, {rounds} interleaved rounds"),
+        format!(
+            "{:.2} s with {down} down, {:.2} s all up",
+            ours_dead.median().as_secs_f64(),
+            ours_up.median().as_secs_f64()
+        ),
+        "ours, all up",
+        format!("{} of the all-up time", crate::stats::ratio(cost)),
+        "≤ 1.1× all up",
+        Some(cost <= 1.1),
+    );
+    if clush.is_some() {
+        let (clush_up, clush_dead) = (median("clush", false)?, median("clush", true)?);
+        let vs = ours_dead.median().as_secs_f64() / clush_dead.median().as_secs_f64();
+        report.row(
+            format!("deadhosts: {n} hosts with {down} refusing, vs clush"),
+            format!("{:.2} s", ours_dead.median().as_secs_f64()),
+            format!(
+                "clush {:.2} s ({:.2} s all up: {} of it)",
+                clush_dead.median().as_secs_f64(),
+                clush_up.median().as_secs_f64(),
+                crate::stats::ratio(
+                    clush_dead.median().as_secs_f64() / clush_up.median().as_secs_f64()
+                )
+            ),
+            format!("{} of clush's time", crate::stats::ratio(vs)),
+            "reported",
+            None,
+        );
+    }
+    Ok(())
+}

@@ -65,6 +65,7 @@ pub const SCENARIOS: &[&str] = &[
     "become",
     "terminals",
     "forwards",
+    "deadhosts",
 ];
 
 /// Everything a scenario needs.
@@ -233,6 +234,7 @@ fn run(args: &[String]) -> anyhow::Result<()> {
             "become" => r#become::become_root(&mut ctx, &mut report),
             "terminals" => terminals::terminals(&mut ctx, &mut report),
             "forwards" => forwards::forwards(&mut ctx, &mut report),
+            "deadhosts" => fleet::dead_hosts(&mut ctx, &mut report),
             _ => unreachable!(),
         };
         if let Err(e) = result {
