@@ -1460,7 +1460,17 @@ fn a_refused_host_is_unreachable_at_once_in_one_attempt() {
     // -t 30: a refused connect retried within the connect timeout would take seconds.
     let config = hosts.config.to_str().unwrap();
     let out = run(
-        &["run", "-F", config, "-t", "30", "-w", "web1,dead", "--json", "true"],
+        &[
+            "run",
+            "-F",
+            config,
+            "-t",
+            "30",
+            "-w",
+            "web1,dead",
+            "--json",
+            "true",
+        ],
         hosts.dir.path(),
     );
     let took = started.elapsed();
