@@ -666,11 +666,8 @@ pub fn become_root(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
             "ssh sudo -n id -u via the ControlMaster did not print 0"
         );
     }
-    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
     let scratch = tempfile::Builder::new().prefix("swb-become").tempdir()?;
-    let ansible = match crate::fleet::setup_ansible(&target_dir.join("bench/ansible-venv")) {
+    let ansible = match crate::fleet::setup_ansible(&crate::bench_dir().join("ansible-venv")) {
         Ok((program, version)) => {
             let a = Ansible::setup(
                 program,

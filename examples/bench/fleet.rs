@@ -1363,12 +1363,7 @@ fn median_of(runs: &[Run]) -> Option<Run> {
 
 pub fn fleet(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
     let n = 100;
-    let bench_dir = {
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
-        target.join("bench")
-    };
+    let bench_dir = crate::bench_dir();
     let peers = Peers::setup(ctx, &bench_dir)?;
     report.note(format!(
         "9 fleet peers: {}; OpenSSH-based peers with KexAlgorithms=curve25519-sha256 (what russh and asyncssh negotiate)",
@@ -2093,12 +2088,7 @@ fn hard_nofile() -> String {
 pub fn dead_hosts(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
     let n = 100;
     let down = 10;
-    let bench_dir = {
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
-        target.join("bench")
-    };
+    let bench_dir = crate::bench_dir();
     std::fs::create_dir_all(&bench_dir)?;
     let helper = bench_dir.join("fleet_peers.py");
     std::fs::write(&helper, HELPER)?;

@@ -68,6 +68,15 @@ pub const SCENARIOS: &[&str] = &[
     "deadhosts",
 ];
 
+/// Where the bench keeps its peers' installs (venvs, bssh): `target/bench` (or
+/// `$CARGO_TARGET_DIR/bench`).
+pub fn bench_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"))
+        .join("bench")
+}
+
 /// Everything a scenario needs.
 pub struct Ctx {
     pub quick: bool,
@@ -172,15 +181,12 @@ fn run(args: &[String]) -> anyhow::Result<()> {
         conn.host, conn.port, conn.user
     );
 
-    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
     let asyncssh = if only
         .iter()
         .any(|s| ["latency", "throughput", "coldstart", "fleet", "forwards"].contains(&s.as_str()))
     {
         println!("peer: Python asyncssh");
-        AsyncSsh::setup(&target_dir.join("bench"))
+        AsyncSsh::setup(&bench_dir())
     } else {
         Err("not needed for the selected scenarios".to_owned())
     };
