@@ -1,20 +1,17 @@
 //! swiftide tools for jobs (`start_job`, `job_output`, `job_status`, `kill_job`,
-//! `list_jobs`), built the way swiftide-agents builds its own tools: the `Tool` trait with a
-//! `ToolSpec` whose parameters schema is schemars', arguments parsed from the call's JSON.
-//! The arguments, operations and texts are the ones every door shares (`jobs::tools`).
+//! `list_jobs`), a [`Family`] of tools on one executor. The arguments, operations and
+//! texts are the ones every door shares (`jobs::tools`).
 
 use std::borrow::Cow;
 
 use async_trait::async_trait;
-use serde::de::DeserializeOwned;
-use swiftide_core::{
-    AgentContext,
-    chat_completion::{Tool, ToolBox, ToolCall, ToolOutput, ToolSpec, errors::ToolError},
-};
+use swiftide_core::chat_completion::{Tool, ToolBox, ToolCall, ToolOutput, errors::ToolError};
 
-use super::executor_error;
+use super::{
+    executor_error,
+    family::{self, Family, parse},
+};
 use crate::{
-    error::Result,
     executor::SshExecutor,
     jobs::tools::{
         JOB_OUTPUT_ABOUT, JOB_STATUS_ABOUT, JobOutputArgs, JobStatusArgs, KILL_JOB_ABOUT,
@@ -57,15 +54,7 @@ impl JobTools {
 
     /// The five tools, boxed as swiftide agents take them.
     pub fn tools(&self) -> Vec<Box<dyn Tool>> {
-        Kind::ALL
-            .into_iter()
-            .map(|kind| {
-                Box::new(JobTool {
-                    executor: self.executor.clone(),
-                    kind,
-                }) as Box<dyn Tool>
-            })
-            .collect()
+        family::tools(self)
     }
 }
 
@@ -81,7 +70,7 @@ impl ToolBox for JobTools {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Kind {
     Start,
     Output,
     Status,
@@ -89,8 +78,11 @@ enum Kind {
     List,
 }
 
-impl Kind {
-    const ALL: [Kind; 5] = [
+#[async_trait]
+impl Family for JobTools {
+    type Kind = Kind;
+
+    const KINDS: &'static [Kind] = &[
         Kind::Start,
         Kind::Output,
         Kind::Status,
@@ -98,8 +90,8 @@ impl Kind {
         Kind::List,
     ];
 
-    fn name(self) -> &'static str {
-        match self {
+    fn name(kind: Kind) -> &'static str {
+        match kind {
             Kind::Start => "start_job",
             Kind::Output => "job_output",
             Kind::Status => "job_status",
@@ -108,39 +100,33 @@ impl Kind {
         }
     }
 
-    fn spec(self) -> ToolSpec {
-        let (description, schema) = match self {
+    fn about(kind: Kind) -> (&'static str, schemars::Schema) {
+        match kind {
             Kind::Start => (START_JOB_ABOUT, schemars::schema_for!(StartJobArgs)),
             Kind::Output => (JOB_OUTPUT_ABOUT, schemars::schema_for!(JobOutputArgs)),
             Kind::Status => (JOB_STATUS_ABOUT, schemars::schema_for!(JobStatusArgs)),
             Kind::Kill => (KILL_JOB_ABOUT, schemars::schema_for!(KillJobArgs)),
             Kind::List => (LIST_JOBS_ABOUT, schemars::schema_for!(ListJobsArgs)),
-        };
-        ToolSpec {
-            name: self.name().to_owned(),
-            description: description.to_owned(),
-            parameters_schema: Some(schema),
+        }
+    }
+
+    async fn invoke(&self, kind: Kind, call: &ToolCall) -> Result<ToolOutput, ToolError> {
+        match self.run(kind, call).await? {
+            Ok(text) => Ok(ToolOutput::text(text)),
+            Err(error) => match model_facing(&error) {
+                // The model can act on it (another id, another cursor, start it first).
+                Some(text) => Ok(ToolOutput::fail(text)),
+                // The host could not be asked: the agent loop decides.
+                None => Err(ToolError::execution_failed(executor_error(error))),
+            },
         }
     }
 }
 
-/// One of the job tools.
-#[derive(Debug, Clone)]
-struct JobTool {
-    executor: SshExecutor,
-    kind: Kind,
-}
-
-fn parse<T: DeserializeOwned>(call: &ToolCall) -> std::result::Result<T, ToolError> {
-    // A tool without arguments may be called with none at all.
-    let raw = call.args().map(str::trim).filter(|raw| !raw.is_empty());
-    serde_json::from_str(raw.unwrap_or("{}")).map_err(ToolError::wrong_arguments)
-}
-
-impl JobTool {
-    async fn run(&self, call: &ToolCall) -> std::result::Result<Result<String>, ToolError> {
+impl JobTools {
+    async fn run(&self, kind: Kind, call: &ToolCall) -> Result<crate::Result<String>, ToolError> {
         let executor = &self.executor;
-        Ok(match self.kind {
+        Ok(match kind {
             Kind::Start => {
                 let args: StartJobArgs = parse(call)?;
                 match args.into_options() {
@@ -181,49 +167,15 @@ impl JobTool {
     }
 }
 
-#[async_trait]
-impl Tool for JobTool {
-    async fn invoke(
-        &self,
-        _context: &dyn AgentContext,
-        call: &ToolCall,
-    ) -> std::result::Result<ToolOutput, ToolError> {
-        match self.run(call).await? {
-            Ok(text) => Ok(ToolOutput::text(text)),
-            Err(error) => match model_facing(&error) {
-                // The model can act on it (another id, another cursor, start it first).
-                Some(text) => Ok(ToolOutput::fail(text)),
-                // The host could not be asked: the agent loop decides.
-                None => Err(ToolError::execution_failed(executor_error(error))),
-            },
-        }
-    }
-
-    fn name(&self) -> Cow<'_, str> {
-        Cow::Borrowed(self.kind.name())
-    }
-
-    fn tool_spec(&self) -> ToolSpec {
-        self.kind.spec()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn every_spec_is_a_valid_strict_schema() {
-        for kind in Kind::ALL {
-            let spec = kind.spec();
-            let strict = spec.strict_parameters_schema().unwrap();
-            let json = strict.as_json();
-            assert_eq!(json["type"], "object", "{}: {json}", spec.name);
-            assert_eq!(json["additionalProperties"], false, "{}: {json}", spec.name);
-        }
-        let start = Kind::Start.spec().strict_parameters_schema().unwrap();
-        assert!(start.as_json()["properties"]["command"].is_object());
-        let output = Kind::Output.spec().strict_parameters_schema().unwrap();
-        assert!(output.as_json()["properties"]["cursor"].is_object());
+        let schemas = family::strict_schemas::<JobTools>();
+        assert_eq!(schemas.len(), 5);
+        assert!(schemas["start_job"]["properties"]["command"].is_object());
+        assert!(schemas["job_output"]["properties"]["cursor"].is_object());
     }
 }

@@ -3,6 +3,7 @@
 //! [`port_tools`]). The only module
 //! that speaks swiftide's types, so a swiftide upgrade touches this directory alone.
 
+mod family;
 mod job_tools;
 mod port_tools;
 mod terminal_tools;

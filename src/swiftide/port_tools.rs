@@ -1,16 +1,16 @@
-//! swiftide tools for forwards (`expose_port`, `list_ports`), built as the job and terminal
-//! tools are; the arguments, operations and texts are the ones every door shares
+//! swiftide tools for forwards (`expose_port`, `list_ports`), a [`Family`] of tools over
+//! one set of forwards; the arguments, operations and texts are the ones every door shares
 //! (`forwards::tools`).
 
 use std::{borrow::Cow, sync::Arc};
 
 use async_trait::async_trait;
-use swiftide_core::{
-    AgentContext,
-    chat_completion::{Tool, ToolBox, ToolCall, ToolOutput, ToolSpec, errors::ToolError},
-};
+use swiftide_core::chat_completion::{Tool, ToolBox, ToolCall, ToolOutput, errors::ToolError};
 
-use super::terminal_tools::{parse, shared_output};
+use super::{
+    family::{self, Family, parse},
+    terminal_tools::shared_output,
+};
 use crate::{
     executor::SshExecutor,
     forwards::tools::{
@@ -49,15 +49,7 @@ impl PortTools {
 
     /// The two tools, boxed as swiftide agents take them, sharing this value's forwards.
     pub fn tools(&self) -> Vec<Box<dyn Tool>> {
-        [Kind::Expose, Kind::List]
-            .into_iter()
-            .map(|kind| {
-                Box::new(PortTool {
-                    ports: self.ports.clone(),
-                    kind,
-                }) as Box<dyn Tool>
-            })
-            .collect()
+        family::tools(self)
     }
 }
 
@@ -73,47 +65,33 @@ impl ToolBox for PortTools {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Kind {
     Expose,
     List,
 }
 
-impl Kind {
-    fn name(self) -> &'static str {
-        match self {
+#[async_trait]
+impl Family for PortTools {
+    type Kind = Kind;
+
+    const KINDS: &'static [Kind] = &[Kind::Expose, Kind::List];
+
+    fn name(kind: Kind) -> &'static str {
+        match kind {
             Kind::Expose => "expose_port",
             Kind::List => "list_ports",
         }
     }
 
-    fn spec(self) -> ToolSpec {
-        let (description, schema) = match self {
+    fn about(kind: Kind) -> (&'static str, schemars::Schema) {
+        match kind {
             Kind::Expose => (EXPOSE_PORT_ABOUT, schemars::schema_for!(ExposePortArgs)),
             Kind::List => (LIST_PORTS_ABOUT, schemars::schema_for!(ListPortsArgs)),
-        };
-        ToolSpec {
-            name: self.name().to_owned(),
-            description: description.to_owned(),
-            parameters_schema: Some(schema),
         }
     }
-}
 
-/// One of the port tools.
-#[derive(Debug, Clone)]
-struct PortTool {
-    ports: Arc<PortSet>,
-    kind: Kind,
-}
-
-#[async_trait]
-impl Tool for PortTool {
-    async fn invoke(
-        &self,
-        _context: &dyn AgentContext,
-        call: &ToolCall,
-    ) -> Result<ToolOutput, ToolError> {
-        let result = match self.kind {
+    async fn invoke(&self, kind: Kind, call: &ToolCall) -> Result<ToolOutput, ToolError> {
+        let result = match kind {
             Kind::Expose => self.ports.expose(parse(call)?).await.map(|(_, text)| text),
             Kind::List => {
                 let ListPortsArgs {} = parse(call)?;
@@ -121,14 +99,6 @@ impl Tool for PortTool {
             }
         };
         shared_output(result)
-    }
-
-    fn name(&self) -> Cow<'_, str> {
-        Cow::Borrowed(self.kind.name())
-    }
-
-    fn tool_spec(&self) -> ToolSpec {
-        self.kind.spec()
     }
 }
 
@@ -138,14 +108,8 @@ mod tests {
 
     #[test]
     fn every_spec_is_a_valid_strict_schema() {
-        for kind in [Kind::Expose, Kind::List] {
-            let spec = kind.spec();
-            let strict = spec.strict_parameters_schema().unwrap();
-            let json = strict.as_json();
-            assert_eq!(json["type"], "object", "{}: {json}", spec.name);
-            assert_eq!(json["additionalProperties"], false, "{}: {json}", spec.name);
-        }
-        let expose = Kind::Expose.spec().strict_parameters_schema().unwrap();
-        assert!(expose.as_json()["properties"]["port"].is_object());
+        let schemas = family::strict_schemas::<PortTools>();
+        assert_eq!(schemas.len(), 2);
+        assert!(schemas["expose_port"]["properties"]["port"].is_object());
     }
 }

@@ -1,18 +1,17 @@
 //! swiftide tools for terminals (`open_terminal`, `terminal_send`, `terminal_screen`,
-//! `close_terminal`, `list_terminals`), built as the job tools are: the `Tool` trait with a
-//! `ToolSpec` whose parameters schema is schemars', arguments parsed from the call's JSON.
+//! `close_terminal`, `list_terminals`), a [`Family`] of tools over one set of terminals.
 //! The arguments, operations and texts are the ones every door shares
 //! (`terminals::tools`).
 
 use std::{borrow::Cow, sync::Arc};
 
 use async_trait::async_trait;
-use serde::de::DeserializeOwned;
 use swiftide_core::{
-    AgentContext, CommandError,
-    chat_completion::{Tool, ToolBox, ToolCall, ToolOutput, ToolSpec, errors::ToolError},
+    CommandError,
+    chat_completion::{Tool, ToolBox, ToolCall, ToolOutput, errors::ToolError},
 };
 
+use super::family::{self, Family, parse};
 use crate::{
     executor::SshExecutor,
     terminals::tools::{
@@ -64,15 +63,7 @@ impl TerminalTools {
 
     /// The five tools, boxed as swiftide agents take them, sharing this value's terminals.
     pub fn tools(&self) -> Vec<Box<dyn Tool>> {
-        Kind::ALL
-            .into_iter()
-            .map(|kind| {
-                Box::new(TerminalTool {
-                    terminals: self.terminals.clone(),
-                    kind,
-                }) as Box<dyn Tool>
-            })
-            .collect()
+        family::tools(self)
     }
 }
 
@@ -88,7 +79,7 @@ impl ToolBox for TerminalTools {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Kind {
     Open,
     Send,
     Screen,
@@ -96,8 +87,11 @@ enum Kind {
     List,
 }
 
-impl Kind {
-    const ALL: [Kind; 5] = [
+#[async_trait]
+impl Family for TerminalTools {
+    type Kind = Kind;
+
+    const KINDS: &'static [Kind] = &[
         Kind::Open,
         Kind::Send,
         Kind::Screen,
@@ -105,8 +99,8 @@ impl Kind {
         Kind::List,
     ];
 
-    fn name(self) -> &'static str {
-        match self {
+    fn name(kind: Kind) -> &'static str {
+        match kind {
             Kind::Open => "open_terminal",
             Kind::Send => "terminal_send",
             Kind::Screen => "terminal_screen",
@@ -115,8 +109,8 @@ impl Kind {
         }
     }
 
-    fn spec(self) -> ToolSpec {
-        let (description, schema) = match self {
+    fn about(kind: Kind) -> (&'static str, schemars::Schema) {
+        match kind {
             Kind::Open => (OPEN_TERMINAL_ABOUT, schemars::schema_for!(OpenTerminalArgs)),
             Kind::Send => (TERMINAL_SEND_ABOUT, schemars::schema_for!(TerminalSendArgs)),
             Kind::Screen => (
@@ -131,46 +125,12 @@ impl Kind {
                 LIST_TERMINALS_ABOUT,
                 schemars::schema_for!(ListTerminalsArgs),
             ),
-        };
-        ToolSpec {
-            name: self.name().to_owned(),
-            description: description.to_owned(),
-            parameters_schema: Some(schema),
         }
     }
-}
 
-/// One of the terminal tools.
-#[derive(Debug, Clone)]
-struct TerminalTool {
-    terminals: Arc<TerminalSet>,
-    kind: Kind,
-}
-
-/// A terminal or port tool's result as swiftide takes it.
-pub(super) fn shared_output(result: Result<String, ToolFailure>) -> Result<ToolOutput, ToolError> {
-    match result {
-        Ok(text) => Ok(ToolOutput::text(text)),
-        // The model can act on it (another id, another key name, close one first).
-        Err(ToolFailure::Model(text)) => Ok(ToolOutput::fail(text)),
-        // The host could not give a terminal or a forward: the agent loop decides.
-        Err(ToolFailure::Host(text)) => Err(ToolError::execution_failed(
-            CommandError::ExecutorError(anyhow::anyhow!(text)),
-        )),
-    }
-}
-
-/// A call's JSON arguments as `T` (the port tools parse theirs alike).
-pub(super) fn parse<T: DeserializeOwned>(call: &ToolCall) -> Result<T, ToolError> {
-    // A tool without arguments may be called with none at all.
-    let raw = call.args().map(str::trim).filter(|raw| !raw.is_empty());
-    serde_json::from_str(raw.unwrap_or("{}")).map_err(ToolError::wrong_arguments)
-}
-
-impl TerminalTool {
-    async fn run(&self, call: &ToolCall) -> Result<Result<String, ToolFailure>, ToolError> {
+    async fn invoke(&self, kind: Kind, call: &ToolCall) -> Result<ToolOutput, ToolError> {
         let terminals = &self.terminals;
-        Ok(match self.kind {
+        let result = match kind {
             Kind::Open => {
                 let args: OpenTerminalArgs = parse(call)?;
                 match args.into_options() {
@@ -187,26 +147,21 @@ impl TerminalTool {
                 let ListTerminalsArgs {} = parse(call)?;
                 Ok(terminals.list())
             }
-        })
+        };
+        shared_output(result)
     }
 }
 
-#[async_trait]
-impl Tool for TerminalTool {
-    async fn invoke(
-        &self,
-        _context: &dyn AgentContext,
-        call: &ToolCall,
-    ) -> Result<ToolOutput, ToolError> {
-        shared_output(self.run(call).await?)
-    }
-
-    fn name(&self) -> Cow<'_, str> {
-        Cow::Borrowed(self.kind.name())
-    }
-
-    fn tool_spec(&self) -> ToolSpec {
-        self.kind.spec()
+/// A terminal or port tool's result as swiftide takes it.
+pub(super) fn shared_output(result: Result<String, ToolFailure>) -> Result<ToolOutput, ToolError> {
+    match result {
+        Ok(text) => Ok(ToolOutput::text(text)),
+        // The model can act on it (another id, another key name, close one first).
+        Err(ToolFailure::Model(text)) => Ok(ToolOutput::fail(text)),
+        // The host could not give a terminal or a forward: the agent loop decides.
+        Err(ToolFailure::Host(text)) => Err(ToolError::execution_failed(
+            CommandError::ExecutorError(anyhow::anyhow!(text)),
+        )),
     }
 }
 
@@ -216,22 +171,12 @@ mod tests {
 
     #[test]
     fn every_spec_is_a_valid_strict_schema() {
-        for kind in Kind::ALL {
-            let spec = kind.spec();
-            let strict = spec.strict_parameters_schema().unwrap();
-            let json = strict.as_json();
-            assert_eq!(json["type"], "object", "{}: {json}", spec.name);
-            assert_eq!(json["additionalProperties"], false, "{}: {json}", spec.name);
-        }
-        let send = Kind::Send.spec().strict_parameters_schema().unwrap();
+        let schemas = family::strict_schemas::<TerminalTools>();
+        assert_eq!(schemas.len(), 5);
+        let send = &schemas["terminal_send"];
         for field in ["id", "text", "keys", "wait_for", "quiet_ms", "timeout_secs"] {
-            assert!(
-                send.as_json()["properties"][field].is_object(),
-                "{field}: {}",
-                send.as_json()
-            );
+            assert!(send["properties"][field].is_object(), "{field}: {send}");
         }
-        let screen = Kind::Screen.spec().strict_parameters_schema().unwrap();
-        assert!(screen.as_json()["properties"]["scrollback_lines"].is_object());
+        assert!(schemas["terminal_screen"]["properties"]["scrollback_lines"].is_object());
     }
 }
