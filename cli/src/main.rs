@@ -224,14 +224,21 @@ struct HostArgs {
     /// Exclude these hosts (a node set); repeatable.
     #[arg(short = 'x', value_name = "NODESET")]
     exclude: Vec<String>,
-    /// An Ansible inventory (INI or YAML): groups, children, ansible_host, ansible_port,
-    /// ansible_user, ansible_ssh_private_key_file. Alone it selects every host in it.
-    #[arg(short = 'i', long, value_name = "FILE")]
-    inventory: Option<PathBuf>,
-    /// Inventory hosts matching an Ansible pattern (`web`, `web:&prod:!canary`, `db*`);
-    /// repeatable; needs -i.
+    /// An Ansible inventory source, as `ansible -i` reads it: an INI or YAML file, the JSON
+    /// of `ansible-inventory --list`, an executable inventory script (run with --list), or a
+    /// directory of them, with the group_vars/ and host_vars/ beside it; repeatable (merged
+    /// in order). Alone it selects every host in it.
+    #[arg(short = 'i', long, value_name = "SOURCE")]
+    inventory: Vec<PathBuf>,
+    /// Inventory hosts matching an Ansible pattern (`web`, `web:&prod:!canary`, `db*`,
+    /// `~web0[12]`, `web[0:2]`); needs -i. Given again, each further pattern narrows the
+    /// selection, as --limit does.
     #[arg(short = 'g', long = "group", value_name = "PATTERN")]
     groups: Vec<String>,
+    /// Narrow the inventory selection by an Ansible pattern (`ansible --limit`: `web:!canary`,
+    /// `@FILE` for a file of names); repeatable, each narrowing further; needs -i.
+    #[arg(long, value_name = "PATTERN")]
+    limit: Vec<String>,
     /// Hosts from FILE, one `[user@]host[:port]` or node set a line (`#` comments), e.g. the
     /// --failed-hosts file of an earlier run. Alone it selects; with -w or -g it keeps only
     /// their hosts listed in FILE (Ansible's --limit @file).
@@ -584,13 +591,23 @@ impl FleetArgs {
                 None => names.extend(expand_nodeset(nodes)?),
             }
         }
-        for pattern in &hosts.groups {
-            let inventory = inventory.ok_or_else(|| Usage("-g needs an inventory (-i)".into()))?;
-            names.extend(inventory.select(pattern)?.into_iter().map(|h| h.name));
-        }
-        if let Some(inventory) = inventory
+        if !hosts.groups.is_empty() || !hosts.limit.is_empty() {
+            let inventory =
+                inventory.ok_or_else(|| Usage("-g and --limit need an inventory (-i)".into()))?;
+            // The first -g is the pattern; later ones narrow it, as --limit does.
+            let (pattern, narrowing) = match hosts.groups.split_first() {
+                Some((pattern, rest)) => (pattern.as_str(), rest),
+                None => ("all", &[][..]),
+            };
+            let limits: Vec<&String> = narrowing.iter().chain(&hosts.limit).collect();
+            names.extend(
+                inventory
+                    .select_limited(pattern, &limits)?
+                    .into_iter()
+                    .map(|h| h.name),
+            );
+        } else if let Some(inventory) = inventory
             && hosts.nodes.is_empty()
-            && hosts.groups.is_empty()
             && hosts.hosts_file.is_none()
         {
             names.extend(inventory.host_names().iter().cloned());
@@ -632,16 +649,18 @@ impl FleetArgs {
         let connection = &self.connection;
         let (mut user, mut port) = (connection.user.clone(), connection.port);
         let mut builder = match inventory {
+            // The flags first: the inventory's variables win over them, as in Ansible.
             Some(host) => {
                 let mut builder = config.resolve(host.address())?.to_builder()?;
-                if let Some(inventory_port) = host.port()? {
-                    port = Some(inventory_port);
+                if let Some(user) = user {
+                    builder = builder.user(user);
                 }
-                if let Some(inventory_user) = host.user() {
-                    user = Some(inventory_user.to_owned());
+                if let Some(port) = port {
+                    builder = builder.port(port);
                 }
-                if let Some(key) = host.private_key_file() {
-                    builder = builder.private_key_file(key);
+                let (builder, warnings) = host.configure(builder, Some(config))?;
+                for warning in warnings {
+                    eprintln!("swiftide-ssh: inventory host {warning}");
                 }
                 builder
             }
@@ -651,15 +670,16 @@ impl FleetArgs {
                     user = line_user.map(str::to_owned);
                 }
                 port = line_port.or(port);
-                config.resolve(host)?.to_builder()?
+                let mut builder = config.resolve(host)?.to_builder()?;
+                if let Some(user) = user {
+                    builder = builder.user(user);
+                }
+                if let Some(port) = port {
+                    builder = builder.port(port);
+                }
+                builder
             }
         };
-        if let Some(user) = user {
-            builder = builder.user(user);
-        }
-        if let Some(port) = port {
-            builder = builder.port(port);
-        }
         if let Some(secs) = connection.connect_timeout {
             builder = builder.connect_timeout(seconds("-t", secs)?);
         }
@@ -734,12 +754,15 @@ impl FleetArgs {
             Some(path) => SshConfig::load(path)?,
             None => SshConfig::user_config()?,
         };
-        let inventory = self
-            .hosts
-            .inventory
-            .as_deref()
-            .map(Inventory::from_path)
-            .transpose()?;
+        let inventory = if self.hosts.inventory.is_empty() {
+            None
+        } else {
+            let inventory = Inventory::from_paths(&self.hosts.inventory)?;
+            for warning in inventory.warnings() {
+                eprintln!("swiftide-ssh: inventory: {warning}");
+            }
+            Some(inventory)
+        };
         let names = self.names(inventory.as_ref())?;
         let members = names
             .into_iter()

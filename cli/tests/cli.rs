@@ -156,7 +156,9 @@ fn usage_errors_exit_2() {
     for flag in [
         "-w <NODESET>",
         "-x <NODESET>",
-        "--inventory <FILE>",
+        "--inventory <SOURCE>",
+        "--limit <PATTERN>",
+        "--list-hosts",
         "--group <PATTERN>",
         "--hosts-file <FILE>",
         "--shard <K/N>",
@@ -1480,4 +1482,156 @@ fn a_refused_host_is_unreachable_at_once_in_one_attempt() {
     let dead = records.iter().find(|r| r["host"] == "dead").unwrap();
     assert_eq!(dead["attempts"], 1, "{dead}");
     assert!(took < Duration::from_secs(10), "took {took:?}");
+}
+
+#[test]
+fn inventory_directories_group_vars_ssh_args_patterns_and_limits() {
+    // The bastion logs each forward it makes (LogLevel DEBUG1): the proof of the jump.
+    let bastion = Testbed::builder()
+        .sshd_config_line("LogLevel DEBUG1")
+        .start()
+        .unwrap();
+    let (one, two) = (testbed(), testbed());
+    let hosts = Hosts::new(&[("bastion", &bastion)], true);
+    let inventory = hosts.path("inventories/prod");
+    std::fs::create_dir_all(inventory.join("group_vars")).unwrap();
+    std::fs::create_dir_all(inventory.join("host_vars")).unwrap();
+    // An inline group var that group_vars/ overrides, and hosts whose addresses come from
+    // host_vars/.
+    std::fs::write(
+        inventory.join("hosts"),
+        format!(
+            "[web]\nt1 ansible_host={} ansible_port={}\nt2\n[web:vars]\nansible_user=nobody\n",
+            one.host(),
+            one.port()
+        ),
+    )
+    .unwrap();
+    std::fs::write(inventory.join("hosts.retry"), "not an inventory [\n").unwrap();
+    std::fs::write(
+        inventory.join("group_vars/web.yml"),
+        format!(
+            "ansible_user: {}\nansible_ssh_private_key_file: {}\n",
+            one.user(),
+            one.private_key_path().display()
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        inventory.join("group_vars/all.yml"),
+        "ansible_ssh_common_args: '-o ProxyJump=bastion -o StrictHostKeyChecking=no -C'\n",
+    )
+    .unwrap();
+    std::fs::write(
+        inventory.join("host_vars/t2.yml"),
+        format!(
+            "ansible_host: {}\nansible_port: {}\n",
+            two.host(),
+            two.port()
+        ),
+    )
+    .unwrap();
+    // A second source: -i is repeatable.
+    let extra = hosts.path("extra.yml");
+    let dead = dead_port();
+    std::fs::write(
+        &extra,
+        format!(
+            "all:\n  children:\n    db:\n      hosts:\n        d1:\n          ansible_host: 127.0.0.1\n          \
+             ansible_port: {dead}\n          ansible_user: nobody\n"
+        ),
+    )
+    .unwrap();
+    let (inventory_arg, extra_arg) = (inventory.to_str().unwrap(), extra.to_str().unwrap());
+
+    let listed = hosts.run(
+        &["run"],
+        &["-i", inventory_arg, "-i", extra_arg, "--list-hosts", "true"],
+    );
+    assert_eq!(listed.status.code(), Some(0), "{}", text(&listed.stderr));
+    let user = one.user();
+    assert_eq!(
+        text(&listed.stdout),
+        format!(
+            "t1 {user}@{}:{}\nt2 {user}@{}:{}\nd1 nobody@127.0.0.1:{dead}\n",
+            one.host(),
+            one.port(),
+            two.host(),
+            two.port()
+        ),
+    );
+    // Subscripts, regexes and limits narrowing each other.
+    for (selection, expected) in [
+        (&["-g", "web[1]"][..], "t2"),
+        (&["-g", "web[-1]"][..], "t2"),
+        (&["-g", "web[0:1]"][..], "t1\nt2"),
+        (&["-g", "~t[12]", "--limit", "!t2"][..], "t1"),
+        (&["-g", "all", "-g", "db"][..], "d1"),
+        (&["--limit", "web:!t1"][..], "t2"),
+    ] {
+        let out = hosts.run(
+            &["run"],
+            &[
+                &["-i", inventory_arg, "-i", extra_arg, "--list-hosts"][..],
+                selection,
+                &["true"],
+            ]
+            .concat(),
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{selection:?}: {}",
+            text(&out.stderr)
+        );
+        let listing = text(&out.stdout);
+        let names: Vec<&str> = listing
+            .lines()
+            .filter_map(|line| line.split(' ').next())
+            .collect();
+        assert_eq!(names.join("\n"), expected, "{selection:?}");
+    }
+    let out = hosts.run(&["run"], &["-i", inventory_arg, "-g", "web[5]", "true"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+
+    // Run through the bastion named in the inventory's ssh args; the ignored -C and the
+    // StrictHostKeyChecking=no (taken as accept-new) are said on stderr.
+    let out = hosts.run(
+        &["run"],
+        &[
+            "-i",
+            inventory_arg,
+            "-g",
+            "web",
+            "-b",
+            "echo",
+            "$SWIFTIDE_SSH_TESTBED_ID",
+        ],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        text(&out.stdout).contains(one.id()),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(
+        text(&out.stdout).contains(two.id()),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(
+        stderr.contains("ignoring ssh options") && stderr.contains("-C"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("taken as accept-new"), "{stderr}");
+    for bed in [&one, &two] {
+        assert!(
+            bastion
+                .sshd_log()
+                .contains(&format!("target {} port {}\n", bed.host(), bed.port())),
+            "{}",
+            bastion.sshd_log()
+        );
+    }
 }

@@ -10,7 +10,7 @@
 //! ```
 //!
 //! Scenarios: latency, throughput, streaming, files, stream_files, coldstart, memory, slowlink,
-//! fleet, jobs, fleet10k, ssh_config, become, terminals, forwards.
+//! fleet, jobs, fleet10k, ssh_config, become, terminals, forwards, deadhosts, inventory.
 //! Peers: raw russh (the floor), the OpenSSH client (cold, ControlMaster, scp, sftp, tar pipe)
 //! and Python asyncssh (installed into a venv under `target/bench/` on first use); for the fleet
 //! scenario also parallel-ssh (Debian `pssh`) and Ansible (`ansible-core`, venv under `target/bench/`).
@@ -22,6 +22,7 @@ mod bulk;
 mod child;
 mod fleet;
 mod forwards;
+mod inventory;
 mod jobs;
 mod latency;
 mod load;
@@ -66,6 +67,7 @@ pub const SCENARIOS: &[&str] = &[
     "terminals",
     "forwards",
     "deadhosts",
+    "inventory",
 ];
 
 /// Where the bench keeps its peers' installs (venvs, bssh): `target/bench` (or
@@ -241,6 +243,7 @@ fn run(args: &[String]) -> anyhow::Result<()> {
             "terminals" => terminals::terminals(&mut ctx, &mut report),
             "forwards" => forwards::forwards(&mut ctx, &mut report),
             "deadhosts" => fleet::dead_hosts(&mut ctx, &mut report),
+            "inventory" => inventory::inventory(&mut ctx, &mut report),
             _ => unreachable!(),
         };
         if let Err(e) = result {

@@ -13,6 +13,23 @@ use crate::{
     executor::SshExecutor,
 };
 
+impl SshConfig {
+    /// The jump hosts of a `ProxyJump` chain given outside this file (an Ansible
+    /// inventory's `-J bastion,user@inner:2222`), each hop resolved through this file as
+    /// `ssh -J` resolves it: an alias gets its `HostName`, `Port`, `User`, keys and host-key
+    /// settings; `none` is no hops.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a malformed chain, one too long or nested too deep, or a hop
+    /// with a `ProxyCommand`.
+    pub fn jump_hosts(&self, chain: &str) -> Result<Vec<JumpHost>> {
+        self.resolve_proxy_jump(chain)?
+            .iter()
+            .map(HostConfig::to_jump_host)
+            .collect()
+    }
+}
+
 impl HostConfig {
     /// A builder with these settings: host, port, user, authentication, host-key policy,
     /// keepalive, connect timeout and jump hosts. Setters called on it afterwards win;

@@ -569,6 +569,15 @@ impl SshConfig {
         applied
     }
 
+    /// The hops of a `ProxyJump` value given elsewhere (`bastion,user@inner:2222`, `none`),
+    /// each resolved through this file as `ssh -J` resolves them.
+    pub(crate) fn resolve_proxy_jump(&self, value: &str) -> Result<Vec<HostConfig>> {
+        let specs = parse_proxy_jump(value).map_err(|reason| Error::Config {
+            reason: format!("ProxyJump `{value}`: {reason}"),
+        })?;
+        self.resolve_hops(&specs, 0)
+    }
+
     /// Resolves each hop through the file. Only the first hop's own `ProxyJump` counts:
     /// OpenSSH runs `ssh -J <earlier hops> -W target <last hop>`, so the command line
     /// overrides every later hop's, while the first hop is reached by a plain `ssh`. So

@@ -16,6 +16,7 @@ mod descriptors;
 mod each;
 pub mod fold;
 mod forwards;
+mod host_vars;
 pub mod inventory;
 pub mod jobs;
 pub mod live;
@@ -31,7 +32,7 @@ use tokio::sync::mpsc;
 pub use batch::{BatchSize, Batches, Thresholds};
 pub use fold::{FoldedGroup, fold_records};
 pub use forwards::{FleetForwards, HostForward};
-pub use inventory::{Inventory, InventoryHost};
+pub use inventory::{Inventory, InventoryHost, InventorySshArgs};
 pub use jobs::{FleetJobStates, FleetJobs};
 pub use live::{LiveLine, LiveLines};
 pub use nodeset::{expand_nodeset, fold_nodeset};
@@ -479,8 +480,9 @@ impl Fleet {
 
     /// The hosts of an Ansible inventory that `pattern` selects (`web:&prod:!canary`, see
     /// [`Inventory::select`]), named by their inventory names, each from `template` with
-    /// `ansible_host`, `ansible_port`, `ansible_user` and `ansible_ssh_private_key_file`
-    /// applied.
+    /// its connection variables applied ([`InventoryHost::configure`]: `ansible_host`,
+    /// `ansible_port`, `ansible_user`, `ansible_ssh_private_key_file` and what the ssh args
+    /// carry).
     ///
     /// # Errors
     /// A pattern term that matches nothing, a bad `ansible_port`, invalid settings.
@@ -496,7 +498,7 @@ impl Fleet {
     /// [`Inventory::limit`]).
     ///
     /// # Errors
-    /// A bad `ansible_port` or invalid settings.
+    /// A bad `ansible_port` or ssh args, invalid settings.
     pub fn from_inventory_hosts(
         hosts: &[InventoryHost],
         template: &SshExecutorBuilder,
@@ -504,15 +506,10 @@ impl Fleet {
         let members = hosts
             .iter()
             .map(|host| {
-                let mut builder = template.clone().host(host.address());
-                if let Some(port) = host.port()? {
-                    builder = builder.port(port);
-                }
-                if let Some(user) = host.user() {
-                    builder = builder.user(user);
-                }
-                if let Some(key) = host.private_key_file() {
-                    builder = builder.private_key_file(key);
+                let (builder, warnings) =
+                    host.configure(template.clone().host(host.address()), None)?;
+                for warning in warnings {
+                    tracing::warn!("inventory: {warning}");
                 }
                 Ok((host.name.clone(), builder.build_lazy()?))
             })
