@@ -203,6 +203,21 @@ struct Group {
     depth: usize,
 }
 
+impl Group {
+    /// A new group without members or variables, of Ansible's default priority (1).
+    fn named(name: &str) -> Self {
+        Group {
+            name: name.to_owned(),
+            hosts: Vec::new(),
+            children: Vec::new(),
+            parents: Vec::new(),
+            vars: BTreeMap::new(),
+            priority: 1,
+            depth: 0,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 struct AdjacentVars {
     groups: HashMap<usize, BTreeMap<String, String>>,
@@ -294,20 +309,11 @@ impl Default for Inventory {
 impl Inventory {
     /// An inventory with only the `all` and `ungrouped` groups.
     fn new() -> Self {
-        let group = |name: &str| Group {
-            name: name.to_owned(),
-            hosts: Vec::new(),
-            children: Vec::new(),
-            parents: Vec::new(),
-            vars: BTreeMap::new(),
-            priority: 1,
-            depth: 0,
-        };
         let mut inventory = Inventory {
             hosts: Vec::new(),
             host_names: Vec::new(),
             host_index: HashMap::new(),
-            groups: vec![group("all"), group("ungrouped")],
+            groups: vec![Group::named("all"), Group::named("ungrouped")],
             group_index: HashMap::from([
                 ("all".to_owned(), ALL),
                 ("ungrouped".to_owned(), UNGROUPED),
@@ -458,15 +464,7 @@ impl Inventory {
             return Ok(group);
         }
         let group = self.groups.len();
-        self.groups.push(Group {
-            name: name.to_owned(),
-            hosts: Vec::new(),
-            children: Vec::new(),
-            parents: Vec::new(),
-            vars: BTreeMap::new(),
-            priority: 1,
-            depth: 0,
-        });
+        self.groups.push(Group::named(name));
         self.group_index.insert(name.to_owned(), group);
         Ok(group)
     }
