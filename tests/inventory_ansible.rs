@@ -51,67 +51,27 @@ fn target_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("target"))
 }
 
-fn has_ansible_219(python: &Path) -> bool {
-    Command::new(python)
-        .args([
-            "-c",
-            "import ansible.release, ansible.inventory.manager; \
-             assert ansible.release.__version__.startswith('2.19.')",
-        ])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
+/// Imports ansible-core and checks it is 2.19.
+const ANSIBLE_219: &str = "import ansible.release, ansible.inventory.manager; \
+     assert ansible.release.__version__.startswith('2.19.')";
 
-/// A Python with ansible-core 2.19, installed into `target/ansible-venv` if need be.
+/// A Python with ansible-core 2.19: the bench's venv when it has one, else
+/// `target/ansible-venv`, installed if need be.
 fn ansible_python() -> Result<PathBuf, String> {
     let target = target_dir();
-    for venv in [
-        target.join("ansible-venv"),
-        target.join("bench/ansible-venv"),
-    ] {
-        let python = venv.join("bin/python");
-        if has_ansible_219(&python) {
-            return Ok(python);
-        }
+    let bench = target.join("bench/ansible-venv/bin/python");
+    let has_ansible = Command::new(&bench)
+        .args(["-c", ANSIBLE_219])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if has_ansible {
+        return Ok(bench);
     }
-    let venv = target.join("ansible-venv");
-    let run = |program: &Path, arguments: &[&str]| -> Result<(), String> {
-        let out = Command::new(program)
-            .args(arguments)
-            .output()
-            .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "{} {arguments:?} failed: {}",
-                program.display(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            ))
-        }
-    };
-    let _ = std::fs::remove_dir_all(&venv);
-    run(
-        Path::new("python3"),
-        &["-m", "venv", &venv.to_string_lossy()],
-    )?;
-    let python = venv.join("bin/python");
-    run(
-        &python,
-        &[
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "ansible-core>=2.19,<2.20",
-        ],
-    )?;
-    if has_ansible_219(&python) {
-        Ok(python)
-    } else {
-        Err("ansible-core 2.19 is not importable after pip install".to_owned())
-    }
+    swiftide_ssh_testbed::python_venv(
+        &target.join("ansible-venv"),
+        &["ansible-core>=2.19,<2.20"],
+        ANSIBLE_219,
+    )
 }
 
 /// Reads every case with ansible-core, in one process.

@@ -543,43 +543,7 @@ asyncio.run(main())
 /// A venv with the Python `mcp` SDK under `target/`, created once; `Err` says why not.
 fn python_mcp_venv() -> Result<PathBuf, String> {
     let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-python-venv");
-    let python = venv.join("bin/python");
-    let has_mcp = |python: &Path| {
-        std::process::Command::new(python)
-            .args(["-c", "import mcp"])
-            .output()
-            .is_ok_and(|out| out.status.success())
-    };
-    if has_mcp(&python) {
-        return Ok(python);
-    }
-    let run = |program: &Path, arguments: &[&str]| -> Result<(), String> {
-        let out = std::process::Command::new(program)
-            .args(arguments)
-            .output()
-            .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "{} {arguments:?} failed: {}",
-                program.display(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            ))
-        }
-    };
-    let _ = std::fs::remove_dir_all(&venv);
-    let venv_text = venv.to_string_lossy().into_owned();
-    run(Path::new("python3"), &["-m", "venv", &venv_text])?;
-    run(
-        &venv.join("bin/pip"),
-        &["install", "--quiet", "--disable-pip-version-check", "mcp"],
-    )?;
-    if has_mcp(&python) {
-        Ok(python)
-    } else {
-        Err("`import mcp` fails after pip install".to_owned())
-    }
+    swiftide_ssh_testbed::python_venv(&venv, &["mcp"], "import mcp")
 }
 
 #[tokio::test]

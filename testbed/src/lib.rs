@@ -90,7 +90,7 @@ pub use escalation::{
     DOAS_BLOCK_BEGIN, DOAS_BLOCK_END, DOAS_CONF_PATH, Escalation, ROOT_PASSWORD,
     SUDOERS_FILE_PREFIX,
 };
-pub use prerequisite::skip_unless_ci;
+pub use prerequisite::{python_venv, skip_unless_ci};
 pub use shells::{LOGIN_SHELL_USER_PREFIX, LoginShell, TESTBED_LIB_DIR};
 
 /// The environment variable sshd sets (to `1`) in every session of a testbed, via
