@@ -214,7 +214,9 @@ pub(crate) fn launch(inner: &Arc<Pool>, request: ExecRequest, input: Option<Inpu
     let gate = Arc::new(StartGate::default());
     // The driver's events belong to the caller's command span, and its dials follow the
     // caller's policy (a fleet's fail at once when refused).
-    tokio::spawn(crate::pool::keeping_dial_policy(
+    // Boxed before it is wrapped: the driver's future is large, and a debug build's stack
+    // would hold it once more inside the wrapper.
+    tokio::spawn(crate::pool::keeping_dial_policy(Box::pin(
         drive(
             inner.clone(),
             request,
@@ -225,7 +227,7 @@ pub(crate) fn launch(inner: &Arc<Pool>, request: ExecRequest, input: Option<Inpu
             input,
         )
         .instrument(tracing::Span::current()),
-    ));
+    )));
     Launched {
         started,
         events,

@@ -182,12 +182,9 @@ impl Fleet {
                         // start) is large, and a debug build's test thread overflowed its stack.
                         // A refused or unresolvable host fails at once, as with ssh: the
                         // fleet's own retries are the explicit way to wait for one.
-                        let outcome = Box::pin(dials_failing_fast(attempt_once(
-                            index,
-                            executor,
-                            tx.clone(),
-                        )))
-                        .await;
+                        let outcome =
+                            dials_failing_fast(Box::pin(attempt_once(index, executor, tx.clone())))
+                                .await;
                         let status = HostStatus::of(&outcome);
                         if status.is_retryable()
                             && attempt <= self.retries

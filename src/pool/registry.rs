@@ -460,8 +460,10 @@ tokio::task_local! {
 /// task see it, and so do the tasks it starts through [`keeping_dial_policy`] (a command's
 /// driver, which dials the pool's first connection). The server dropping an accepted
 /// connection during the handshake (sshd's `MaxStartups`) is still retried.
-pub(crate) async fn dials_failing_fast<F: std::future::Future>(work: F) -> F::Output {
-    DIALS_FAIL_FAST.scope(true, work).await
+pub(crate) fn dials_failing_fast<F: std::future::Future>(
+    work: F,
+) -> impl std::future::Future<Output = F::Output> {
+    DIALS_FAIL_FAST.scope(true, work)
 }
 
 /// `work` with the dial policy of the calling task, for a task spawned on its behalf.
