@@ -107,7 +107,7 @@ enum Command {
     /// (Ctrl-C, SIGTERM) or for --for SECS.
     ///
     /// Each host's forwards are printed as they open (`web1: 127.0.0.1:9100 -> localhost:9100
-    /// on web1`). On several hosts a local listener's port moves up by one per host (-L
+    /// on 10.0.0.11`, the host's address). On several hosts a local listener's port moves up by one per host (-L
     /// 9100:localhost:9100 on three hosts listens on 9100, 9101 and 9102); port 0 picks a
     /// free one per host. A host whose forwards do not all open fails (exit code as for
     /// `run`); the others keep forwarding. When they stop, each host's streams and bytes are
