@@ -289,6 +289,20 @@ const YAML_VALUES: &[&str] = &[
     "-0.25",
 ];
 
+/// Each entry's variables into the `_meta.hostvars` being built (values drawn from a
+/// generator seeded by the entry's value, as the other formats write them).
+fn add_hostvars(hostvars: &mut serde_json::Map<String, Json>, entries: &[HostEntry]) {
+    for entry in entries {
+        let own = hostvars
+            .entry(entry.pattern.clone())
+            .or_insert_with(|| json!({}));
+        for (key, value) in &entry.vars {
+            let mut rng = Rng(*value as u64 + 7);
+            own[key] = json_value(&mut rng);
+        }
+    }
+}
+
 fn json_value(rng: &mut Rng) -> Json {
     match rng.below(8) {
         0 => json!(42),
@@ -591,28 +605,12 @@ fn list_json(spec: &Spec, rng: &mut Rng) -> String {
             body.insert("vars".into(), Json::Object(group_vars));
         }
         top.insert(group.name.clone(), Json::Object(body));
-        for entry in &group.hosts {
-            let own = hostvars
-                .entry(entry.pattern.clone())
-                .or_insert_with(|| json!({}));
-            for (key, value) in &entry.vars {
-                let mut rng = Rng(*value as u64 + 7);
-                own[key] = json_value(&mut rng);
-            }
-        }
+        add_hostvars(&mut hostvars, &group.hosts);
     }
     if !spec.ungrouped.is_empty() {
         let hosts: Vec<&str> = spec.ungrouped.iter().map(|h| h.pattern.as_str()).collect();
         top.insert("ungrouped".into(), json!({ "hosts": hosts }));
-        for entry in &spec.ungrouped {
-            let own = hostvars
-                .entry(entry.pattern.clone())
-                .or_insert_with(|| json!({}));
-            for (key, value) in &entry.vars {
-                let mut rng = Rng(*value as u64 + 7);
-                own[key] = json_value(&mut rng);
-            }
-        }
+        add_hostvars(&mut hostvars, &spec.ungrouped);
     }
     top.insert("_meta".into(), json!({ "hostvars": hostvars }));
     // `_meta` first or last, as scripts print it either way.
