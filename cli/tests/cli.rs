@@ -1308,11 +1308,8 @@ fn forward_holds_the_same_forward_on_every_host_until_terminated() {
         std::io::Read::read_to_string(&mut stream, &mut back).unwrap();
         assert_eq!(&back, host);
     }
-    let terminated = Command::new("kill")
-        .args(["-s", "TERM", "--", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(terminated.success());
+    let pid = rustix::process::Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
     let out = child.wait_with_output().unwrap();
     let stderr = text(&out.stderr);
     // The dead host failed (4); the others forwarded until the signal.
