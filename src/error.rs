@@ -394,6 +394,35 @@ pub enum Error {
         port: u16,
     },
 
+    /// The host's resident runner (see [`Runner`](crate::Runner)) ended while the command
+    /// ran: killed (`kill -9`, the OOM killer) or its channel closed. As with a lost
+    /// connection the command **may have run**, partly or completely, and it is never re-sent;
+    /// its process group, if it had started, was sent SIGKILL from a new channel. The next
+    /// command starts a new runner.
+    #[error(
+        "the resident runner on {host}:{port} ended while the command was running; \
+         the command may have run"
+    )]
+    RunnerLost {
+        /// Destination host.
+        host: String,
+        /// Destination port.
+        port: u16,
+    },
+
+    /// [`Runner::Resident`](crate::Runner::Resident) was asked for and no resident runner
+    /// could start on the host (no `perl` on the account's `PATH`, a login shell that exits
+    /// at once); nothing ran.
+    #[error("no resident runner could start on {host}:{port}: {reason}")]
+    RunnerUnavailable {
+        /// Destination host.
+        host: String,
+        /// Destination port.
+        port: u16,
+        /// What the start attempt saw (the login shell's words, its exit status).
+        reason: String,
+    },
+
     /// No channel slot became free within the pool's wait timeout.
     #[error("no connection to {host}:{port} became available within {waited:?}{}",
         last_error.as_ref().map(|e| format!("; last connection attempt: {e}")).unwrap_or_default())]

@@ -117,7 +117,7 @@ pub use builder::SshExecutorBuilder;
 pub use command::{Execution, ExitStatus, OutputChunk, OutputSink, Process, Pty};
 pub use config::{
     AuthMethod, Become, HostConfig, HostKeyPolicy, JumpHost, PasswordProvider, PasswordRequest,
-    Secret, SshConfig, StrictHostKeyChecking,
+    Runner, Secret, SshConfig, StrictHostKeyChecking,
 };
 pub use error::{BecomeFailure, BecomeMethod, Error, ForwardRefusal, Phase, Result, SftpStatus};
 pub use executor::{ExecOptions, SshExecutor};

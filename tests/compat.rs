@@ -20,7 +20,7 @@ use common::{
 };
 use futures::StreamExt;
 use swiftide_core::{Command, CommandError, ToolExecutor};
-use swiftide_ssh_executor::{ExitStatus, SshExecutor, SshExecutorBuilder};
+use swiftide_ssh_executor::{ExitStatus, Runner, SshExecutor, SshExecutorBuilder};
 use swiftide_ssh_testbed::{LoginShell, Testbed};
 
 /// What the matrix needs beyond the OpenSSH server: the login shells and Dropbear.
@@ -63,11 +63,16 @@ impl Row {
         )
     }
 
-    /// Fails unless `ex` sent direct requests exactly on the rows that take them.
-    fn check_form(&self, ex: &SshExecutor) {
+    /// Fails unless `ex` sent direct requests exactly on the rows that take them, or with
+    /// the resident runner ran its commands there.
+    fn check_form(&self, ex: &SshExecutor, runner: Runner) {
         let stats = ex.pool_stats();
         assert_eq!(stats.direct_fallbacks, 0, "{}: {stats:?}", self.name());
-        if self.direct() {
+        if runner != Runner::PerExec {
+            assert!(stats.runner_commands > 0, "{}: {stats:?}", self.name());
+            assert_eq!(stats.direct_requests, 0, "{}: {stats:?}", self.name());
+            assert_eq!(stats.runners_lost, 0, "{}: {stats:?}", self.name());
+        } else if self.direct() {
             assert!(stats.direct_requests > 0, "{}: {stats:?}", self.name());
             assert!(
                 stats.prestarted_spares_used > 0,
@@ -106,8 +111,11 @@ impl Row {
     }
 }
 
-fn builder(tb: &Testbed) -> SshExecutorBuilder {
-    common::builder(tb)
+/// Every row runs twice: one session per command (`Runner::PerExec`, the universal and
+/// direct forms) and through the resident runner (`Runner::Resident`: a host where none
+/// starts fails loudly rather than passing per exec).
+fn builder(tb: &Testbed, runner: Runner) -> SshExecutorBuilder {
+    common::builder(tb).runner(runner)
 }
 
 /// A directory inside the scratch directory that `tb`'s account owns.
@@ -120,7 +128,7 @@ fn workdir(tb: &Testbed, name: &str) -> PathBuf {
     dir
 }
 
-async fn differential(row: Row) {
+async fn differential(row: Row, runner: Runner) {
     let tb = row.start();
     let dir = workdir(&tb, "diff");
     seed(&dir);
@@ -136,7 +144,7 @@ async fn differential(row: Row) {
         ("universal", &differential::ENVS),
         ("direct", &differential::ONE_LINE_ENVS),
     ] {
-        let (local, remote) = differential::executors_with(&dir, builder(&tb), envs);
+        let (local, remote) = differential::executors_with(&dir, builder(&tb, runner), envs);
         let remote = remote.build().await.unwrap();
         let cases = cases(&dir);
         let mismatches = differential::compare(&local, &remote, &cases).await;
@@ -144,7 +152,7 @@ async fn differential(row: Row) {
         if form == "universal" {
             assert_eq!(stats.direct_requests, 0, "{}: {stats:?}", row.name());
         } else {
-            row.check_form(&remote);
+            row.check_form(&remote, runner);
         }
         eprintln!(
             "matrix: {} differential ({form} form where possible) {}/{} same",
@@ -161,7 +169,7 @@ async fn differential(row: Row) {
             mismatches.join("\n")
         );
     }
-    let remote = builder(&tb).workdir(&dir).build().await.unwrap();
+    let remote = builder(&tb, runner).workdir(&dir).build().await.unwrap();
 
     // Beyond LocalExecutor: a 1 MiB command (LocalExecutor's argv holds 128 KiB) and a
     // 200 KiB environment value... up to the kernel's limit for one environment string.
@@ -169,7 +177,7 @@ async fn differential(row: Row) {
     let run = remote.run(&big).await.unwrap();
     assert_eq!(run.stdout(), b"1048576", "{}: 1 MiB command", row.name());
     let env_value = "v".repeat(120 * 1024);
-    let with_env = builder(&tb)
+    let with_env = builder(&tb, runner)
         .envs([("BIG", env_value.as_str())])
         .build()
         .await
@@ -192,9 +200,13 @@ async fn wait_for(pattern: &str, count: usize) {
     }
 }
 
-async fn kills(row: Row) {
+async fn kills(row: Row, runner: Runner) {
     let tb = row.start();
-    let ex = builder(&tb).max_connections(1).build().await.unwrap();
+    let ex = builder(&tb, runner)
+        .max_connections(1)
+        .build()
+        .await
+        .unwrap();
 
     // Timeout: the whole group dies, background children included. Three times: the first
     // command on a connection is sent in the universal form, the next (on rows with a POSIX
@@ -227,7 +239,7 @@ async fn kills(row: Row) {
             started.elapsed()
         );
     }
-    row.check_form(&ex);
+    row.check_form(&ex, runner);
 
     // A command that cleans up with `trap 'kill -- -$$' EXIT` reaches its own children: its
     // shell leads its group, as under LocalExecutor (a shell command and a script; the
@@ -340,7 +352,7 @@ async fn kills(row: Row) {
         "#!/bin/sh\n# {}\nsleep 300.{t} & sleep 300.{t}\n",
         "pad ".repeat(20 * 1024)
     );
-    let ex = builder(&tb).build().await.unwrap();
+    let ex = builder(&tb, runner).build().await.unwrap();
     let result = ex
         .exec_cmd(&Command::shell(script).with_timeout(Duration::from_millis(800)))
         .await;
@@ -356,10 +368,10 @@ async fn kills(row: Row) {
     );
 }
 
-async fn files(row: Row) {
+async fn files(row: Row, runner: Runner) {
     let tb = row.start();
     let dir = workdir(&tb, "files");
-    let ex = builder(&tb).workdir(&dir).build().await.unwrap();
+    let ex = builder(&tb, runner).workdir(&dir).build().await.unwrap();
 
     // ReadFile / WriteFile, over SFTP or (without an sftp-server) the shell fallback.
     let odd = "it's a \\ $HOME !x\nnew.txt";
@@ -439,9 +451,9 @@ async fn files(row: Row) {
 }
 
 /// Commands and exit statuses come back unchanged whatever the server.
-async fn statuses(row: Row) {
+async fn statuses(row: Row, runner: Runner) {
     let tb = row.start();
-    let ex: SshExecutor = builder(&tb).build().await.unwrap();
+    let ex: SshExecutor = builder(&tb, runner).build().await.unwrap();
     let run = ex.run("exit 3").await.unwrap();
     assert_eq!(run.status, ExitStatus::Code(3), "{}", row.name());
     let run = ex.run("echo $0").await.unwrap();
@@ -455,22 +467,42 @@ macro_rules! matrix_row {
 
             #[tokio::test]
             async fn differential_table() {
-                differential($row).await;
+                differential($row, Runner::PerExec).await;
+            }
+
+            #[tokio::test]
+            async fn differential_table_through_the_runner() {
+                differential($row, Runner::Resident).await;
             }
 
             #[tokio::test]
             async fn kill_on_timeout_cancel_and_disconnect() {
-                kills($row).await;
+                kills($row, Runner::PerExec).await;
+            }
+
+            #[tokio::test]
+            async fn kill_on_timeout_cancel_and_disconnect_through_the_runner() {
+                kills($row, Runner::Resident).await;
             }
 
             #[tokio::test]
             async fn file_commands() {
-                files($row).await;
+                files($row, Runner::PerExec).await;
+            }
+
+            #[tokio::test]
+            async fn file_commands_through_the_runner() {
+                files($row, Runner::Resident).await;
             }
 
             #[tokio::test]
             async fn exit_statuses() {
-                statuses($row).await;
+                statuses($row, Runner::PerExec).await;
+            }
+
+            #[tokio::test]
+            async fn exit_statuses_through_the_runner() {
+                statuses($row, Runner::Resident).await;
             }
         }
     };
@@ -497,17 +529,32 @@ macro_rules! bin_sh_row {
 
             #[tokio::test]
             async fn kill_on_timeout_cancel_and_disconnect() {
-                kills(Row::BinSh($shell)).await;
+                kills(Row::BinSh($shell), Runner::PerExec).await;
+            }
+
+            #[tokio::test]
+            async fn kill_on_timeout_cancel_and_disconnect_through_the_runner() {
+                kills(Row::BinSh($shell), Runner::Resident).await;
             }
 
             #[tokio::test]
             async fn file_commands() {
-                files(Row::BinSh($shell)).await;
+                files(Row::BinSh($shell), Runner::PerExec).await;
+            }
+
+            #[tokio::test]
+            async fn file_commands_through_the_runner() {
+                files(Row::BinSh($shell), Runner::Resident).await;
             }
 
             #[tokio::test]
             async fn exit_statuses() {
-                statuses(Row::BinSh($shell)).await;
+                statuses(Row::BinSh($shell), Runner::PerExec).await;
+            }
+
+            #[tokio::test]
+            async fn exit_statuses_through_the_runner() {
+                statuses(Row::BinSh($shell), Runner::Resident).await;
             }
         }
     };
@@ -527,7 +574,11 @@ async fn a_shell_variable_that_lies_falls_back_to_the_universal_form() {
         .sshd_config_line("SetEnv SHELL=/bin/bash")
         .start()
         .unwrap();
-    let ex = builder(&tb).max_connections(1).build().await.unwrap();
+    let ex = builder(&tb, Runner::PerExec)
+        .max_connections(1)
+        .build()
+        .await
+        .unwrap();
     let dir = workdir(&tb, "lying-shell");
     let counter = dir.join("runs");
     let command = format!("echo run >> '{}'; echo $0; echo err >&2", counter.display());

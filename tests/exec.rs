@@ -12,7 +12,7 @@ use common::{
     builder, echo_concurrently, executor, remote_processes, testbed, token, wait_until_gone,
 };
 use swiftide_core::{Command, CommandError, ToolExecutor};
-use swiftide_ssh_executor::{Error, ExecOptions, ExitStatus, OutputChunk, SshExecutor};
+use swiftide_ssh_executor::{Error, ExecOptions, ExitStatus, OutputChunk, Runner, SshExecutor};
 
 #[tokio::test]
 async fn runs_a_command_and_returns_exact_bytes_per_stream() {
@@ -728,7 +728,9 @@ async fn openssh_user_certificates_authenticate_through_the_servers_trusted_ca()
 async fn warm_direct_commands_keep_the_kill_with_and_without_a_supervisor() {
     let tb = testbed();
     for kill_on_disconnect in [true, false] {
+        // The per-exec path's forms (the runner's kills: tests/runner.rs).
         let ex = builder(&tb)
+            .runner(Runner::PerExec)
             .kill_on_disconnect(kill_on_disconnect)
             .kill_grace(Duration::from_millis(200))
             .max_connections(1)

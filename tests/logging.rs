@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use swiftide_ssh_executor::SshExecutor;
+use swiftide_ssh_executor::{Runner, SshExecutor};
 use swiftide_ssh_testbed::{LoginShell, Testbed};
 
 /// Collects everything the crate logs, at every level, into a buffer.
@@ -109,7 +109,10 @@ async fn a_slow_login_shell_is_reported_once_per_connection() {
         .home_file(".bashrc", "sleep 0.1\n[ -z \"$PS1\" ] && return\n")
         .start()
         .unwrap();
+    // Measured on per-exec commands: through the resident runner the login shell starts
+    // once per connection, not once per command.
     let ex = common::builder(&slow)
+        .runner(Runner::PerExec)
         .max_connections(1)
         .build()
         .await
@@ -142,7 +145,11 @@ async fn a_slow_login_shell_is_reported_once_per_connection() {
     }
 
     // A second connection: a second warning.
-    let other = common::builder(&slow).build().await.unwrap();
+    let other = common::builder(&slow)
+        .runner(Runner::PerExec)
+        .build()
+        .await
+        .unwrap();
     other.run("true").await.unwrap();
     assert_eq!(warnings().len(), 2, "{:#?}", warnings());
     drop((ex, other));
@@ -151,7 +158,11 @@ async fn a_slow_login_shell_is_reported_once_per_connection() {
         .login_shell(LoginShell::Bash)
         .start()
         .unwrap();
-    let ex = common::builder(&quiet).build().await.unwrap();
+    let ex = common::builder(&quiet)
+        .runner(Runner::PerExec)
+        .build()
+        .await
+        .unwrap();
     for _ in 0..3 {
         ex.run("true").await.unwrap();
     }

@@ -11,7 +11,7 @@ use std::{
 use common::{
     builder, echo_concurrently, executor, remote_processes, testbed, token, wait_until_gone,
 };
-use swiftide_ssh_executor::{Error, ExitStatus, SshExecutor};
+use swiftide_ssh_executor::{Error, ExitStatus, Runner, SshExecutor};
 use swiftide_ssh_testbed::Testbed;
 
 const CHILD_ENV: &str = "SWIFTIDE_SSH_RELIABILITY_CHILD";
@@ -688,7 +688,10 @@ async fn a_connection_storm_on_a_cold_pool_meets_server_limits_without_failures(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_are_recycled_after_many_refused_channel_opens() {
     let tb = Testbed::builder().max_sessions(1).start().unwrap();
+    // Channel refusals are the per-exec path's: a command per channel (through the
+    // resident runner, 4,000 commands on one runner channel were refused none).
     let ex = builder(&tb)
+        .runner(Runner::PerExec)
         .max_connections(1)
         .channels_per_connection(1)
         .build()
@@ -699,7 +702,7 @@ async fn connections_are_recycled_after_many_refused_channel_opens() {
     while ex.pool_stats().connections_recycled == 0 {
         rounds += 1;
         assert!(
-            rounds <= 20,
+            rounds <= 100,
             "no connection was recycled after {} refusals: {:?}",
             ex.pool_stats().channel_open_retries,
             ex.pool_stats()
@@ -747,7 +750,10 @@ async fn connections_are_recycled_after_many_refused_channel_opens() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lower_server_session_limit_is_learned_and_kept_across_connections() {
     let mut tb = Testbed::builder().max_sessions(2).start().unwrap();
+    // Channel refusals are the per-exec path's: a command per channel (through the
+    // resident runner, 4,000 commands on one runner channel were refused none).
     let ex = builder(&tb)
+        .runner(Runner::PerExec)
         .max_connections(1)
         .channels_per_connection(4)
         .build()

@@ -11,7 +11,18 @@ use std::{
     time::Duration,
 };
 
-use common::{builder, echo_concurrently, executor, testbed};
+use common::{echo_concurrently, testbed};
+use swiftide_ssh_executor::{Runner, SshExecutor, SshExecutorBuilder};
+use swiftide_ssh_testbed::Testbed as SparesTestbed;
+
+/// Spares belong to the per-exec path: these tests pin it (the resident runner needs none).
+fn builder(tb: &SparesTestbed) -> SshExecutorBuilder {
+    common::builder(tb).runner(Runner::PerExec)
+}
+
+async fn executor(tb: &SparesTestbed) -> SshExecutor {
+    builder(tb).build().await.unwrap()
+}
 
 /// Sequential warm commands start on spares (the first opens its own channel and a spare
 /// behind it); with `spare_channels(0)` none is opened. An idle executor keeps one spare.

@@ -7,7 +7,7 @@ use std::{
 
 use anyhow::{Context, ensure};
 use swiftide_core::{Command as SwiftideCommand, ToolExecutor};
-use swiftide_ssh_executor::SshExecutor;
+use swiftide_ssh_executor::{Runner, SshExecutor};
 
 use crate::{
     Ctx,
@@ -24,6 +24,7 @@ use crate::{
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Variant {
     Run,
+    RunPerExec,
     RunLean,
     RunNoSpare,
     ExecCmd,
@@ -35,6 +36,7 @@ enum Variant {
 
 const VARIANTS: &[(Variant, &str)] = &[
     (Variant::Run, "ours SshExecutor::run(\"true\")"),
+    (Variant::RunPerExec, "ours run(\"true\"), Runner::PerExec"),
     (
         Variant::RunLean,
         "ours run(\"true\"), kill_on_disconnect(false)",
@@ -55,6 +57,8 @@ struct InProcess {
     /// Server-side CPU per command (µs): the run's processes minus the client.
     server_us: Vec<(Variant, f64)>,
     retries: u64,
+    /// The runner the host got (`PoolStats::runner`).
+    runner: Option<String>,
 }
 
 impl InProcess {
@@ -76,8 +80,20 @@ impl InProcess {
 
 async fn in_process(conn: &Conn, n: usize) -> anyhow::Result<InProcess> {
     let executor = conn.builder().build().await?;
-    let lean = conn.builder().kill_on_disconnect(false).build().await?;
-    let no_spare = conn.builder().spare_channels(0).build().await?;
+    // The per-exec path's variants: what every command paid before the resident runner.
+    let per_exec = conn.builder().runner(Runner::PerExec).build().await?;
+    let lean = conn
+        .builder()
+        .runner(Runner::PerExec)
+        .kill_on_disconnect(false)
+        .build()
+        .await?;
+    let no_spare = conn
+        .builder()
+        .runner(Runner::PerExec)
+        .spare_channels(0)
+        .build()
+        .await?;
     let target = conn.raw_target();
     let fast = raw::connect(&target, true).await?;
     let nagle = raw::connect(&target, false).await?;
@@ -102,6 +118,7 @@ async fn in_process(conn: &Conn, n: usize) -> anyhow::Result<InProcess> {
                 let t = Instant::now();
                 let ok = match variant {
                     Variant::Run => executor.run("true").await?.status.success(),
+                    Variant::RunPerExec => per_exec.run("true").await?.status.success(),
                     Variant::RunLean => lean.run("true").await?.status.success(),
                     Variant::RunNoSpare => no_spare.run("true").await?.status.success(),
                     Variant::ExecCmd => executor.exec_cmd(&true_cmd).await.is_ok(),
@@ -133,13 +150,20 @@ async fn in_process(conn: &Conn, n: usize) -> anyhow::Result<InProcess> {
     let retries = executor.pool_stats().channel_open_retries - retries_before;
     let stats = executor.pool_stats();
     println!(
-        "  ours: spare channels opened {}, commands on a spare {} of {} ({} pre-started)",
+        "  ours: runner {:?}, {} of {} commands through it",
+        stats.runner, stats.runner_commands, stats.commands
+    );
+    let stats = per_exec.pool_stats();
+    println!(
+        "  ours per exec: spare channels opened {}, commands on a spare {} of {} ({} pre-started)",
         stats.spare_channels_opened,
         stats.spare_channels_used,
         stats.commands,
         stats.prestarted_spares_used
     );
+    let runner = executor.pool_stats().runner;
     executor.close().await;
+    per_exec.close().await;
     lean.close().await;
     no_spare.close().await;
     Ok(InProcess {
@@ -155,6 +179,7 @@ async fn in_process(conn: &Conn, n: usize) -> anyhow::Result<InProcess> {
             .map(|((v, _), s)| (*v, Samples::new(s)))
             .collect(),
         retries,
+        runner,
     })
 }
 
@@ -286,6 +311,34 @@ pub fn warm(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
         "(diagnostic)",
         None,
     );
+    // The resident runner's targets (issue: past sshd's per-exec floor), runner on and off.
+    let runner_name = m.runner.clone().unwrap_or_else(|| "none".to_owned());
+    let per_exec = m.get(Variant::RunPerExec);
+    for (variant, label) in [
+        (Variant::Run, "runner on"),
+        (Variant::RunPerExec, "runner off"),
+    ] {
+        let r = m.server(variant) / m.server(Variant::RawTrue);
+        report.row(
+            format!("1 server CPU per warm `true`, {label} (host's runner: {runner_name}) vs raw russh `exec true`"),
+            format!("{:.0} µs", m.server(variant)),
+            format!("raw russh `true` {:.0} µs", m.server(Variant::RawTrue)),
+            ratio(r),
+            "≤ 0.6× (runner on)",
+            (variant == Variant::Run).then_some(r <= 0.6),
+        );
+    }
+    for (samples, label) in [(&run, "runner on"), (&per_exec, "runner off")] {
+        let r = samples.median().as_secs_f64() / raw_true.median().as_secs_f64();
+        report.row(
+            format!("1 warm `true` latency, {label}, vs raw russh channel"),
+            samples.short(),
+            format!("raw russh {}", raw_true.short()),
+            ratio(r),
+            "≤ 1.0× (runner on)",
+            std::ptr::eq(samples, &run).then_some(r <= 1.0),
+        );
+    }
     let lean = m.get(Variant::RunLean);
     report.row(
         "1 warm `true`, `kill_on_disconnect(false)` (no supervisor) vs raw russh",

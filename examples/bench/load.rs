@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use swiftide_ssh_executor::SshExecutor;
+use swiftide_ssh_executor::{Runner, SshExecutor};
 
 use crate::{
     Ctx,
@@ -294,6 +294,9 @@ pub fn throughput(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
     let levels = [1usize, 16, 64, 256];
     let raised_connections = 32u32;
     let default_exec = ctx.rt.block_on(ctx.builder().build())?;
+    let per_exec_exec = ctx
+        .rt
+        .block_on(ctx.builder().runner(Runner::PerExec).build())?;
     let raised_exec = ctx
         .rt
         .block_on(ctx.builder().max_connections(raised_connections).build())?;
@@ -314,6 +317,17 @@ pub fn throughput(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
             ours.retries,
             stats.connections,
             ours.cpu_text()
+        );
+        let per_exec = ctx.rt.block_on(async {
+            ours_batch(&per_exec_exec, warm, c).await;
+            ours_batch(&per_exec_exec, total, c).await
+        });
+        println!(
+            "    ours, Runner::PerExec (4 conns × 8)    {}  {:.2} s, open retries {}; {}",
+            per_exec.text(),
+            per_exec.elapsed.as_secs_f64(),
+            per_exec.retries,
+            per_exec.cpu_text()
         );
         let raised = if c == 1 {
             ours
@@ -407,9 +421,14 @@ pub fn throughput(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
             );
             b
         });
-        rows.push((c, ours, raised, asyncssh, cm));
+        rows.push((c, ours, per_exec, raised, asyncssh, cm));
     }
+    let runner = default_exec
+        .pool_stats()
+        .runner
+        .unwrap_or_else(|| "none".to_owned());
     ctx.rt.block_on(async {
+        per_exec_exec.close().await;
         default_exec.close().await;
         raised_exec.close().await;
     });
@@ -417,7 +436,7 @@ pub fn throughput(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
     let vs = |ours: &Batch, peer: &Option<Batch>| {
         peer.map(|p| ours.rate() / p.rate()).unwrap_or(f64::NAN)
     };
-    for (c, ours, raised, asyncssh, cm) in &rows {
+    for (c, ours, per_exec, raised, asyncssh, cm) in &rows {
         let peer = format!(
             "asyncssh {}; ControlMaster ×{} {}",
             asyncssh
@@ -452,6 +471,23 @@ pub fn throughput(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
             format!("{} asyncssh / {} CM", ratio(ra), ratio(rc)),
             target,
             met,
+        );
+        report.row(
+            format!("2 throughput c={c}, default pool, runner off (on: {runner})"),
+            format!(
+                "{}, CPU/cmd client {}, server {}",
+                per_exec.text(),
+                per_exec.client_us(),
+                per_exec.server_us()
+            ),
+            "",
+            format!(
+                "{} asyncssh; runner on/off {}",
+                ratio(vs(per_exec, asyncssh)),
+                ratio(ours.rate() / per_exec.rate())
+            ),
+            "(runner off, for comparison)",
+            None,
         );
         if *c >= 64 {
             let (ra, rc) = (vs(raised, asyncssh), vs(raised, cm));

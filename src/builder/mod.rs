@@ -9,8 +9,8 @@ use russh::keys::PrivateKey;
 use crate::{
     command::Supervision,
     config::{
-        self, AuthMethod, Become, Config, EnvPlan, HostKeyPolicy, JumpHost, JumpTarget, Secret,
-        limit,
+        self, AuthMethod, Become, Config, EnvPlan, HostKeyPolicy, JumpHost, JumpTarget, Runner,
+        Secret, limit,
     },
     error::{Error, Result},
     executor::SshExecutor,
@@ -46,6 +46,8 @@ pub struct SshExecutorBuilder {
     max_output_bytes: Option<usize>,
     job_retention: Option<Duration>,
     escalation: Option<Become>,
+    /// `None`: [`Runner::from_env`] at build time.
+    runner: Option<Runner>,
     /// Jump hosts in order, client side first (`ssh/jump.rs`).
     pub(crate) jump_hosts: Vec<JumpHost>,
     /// The jump hosts came from an ssh_config `ProxyJump`: an explicit `jump_host`
@@ -74,6 +76,7 @@ impl fmt::Debug for SshExecutorBuilder {
             .field("jump_hosts", &self.jump_hosts)
             .field("file_auth", &self.file_auth)
             .field("escalation", &self.escalation)
+            .field("runner", &self.runner)
             .finish_non_exhaustive()
     }
 }
@@ -105,6 +108,7 @@ impl Default for SshExecutorBuilder {
             max_output_bytes: None,
             job_retention: Some(Duration::from_secs(7 * 24 * 3600)),
             escalation: None,
+            runner: None,
             jump_hosts: Vec::new(),
             jump_hosts_from_file: false,
             file_auth: Vec::new(),
@@ -427,6 +431,18 @@ impl SshExecutorBuilder {
         self
     }
 
+    /// How commands start on the host: through a resident runner per connection (one exec
+    /// request, then every command is a request on its channel: about half the server CPU
+    /// of a session per command) or one SSH session per command. See [`Runner`] and the
+    /// README's "How commands run" for which commands take the runner. Defaults to
+    /// [`Runner::Auto`] (the runner where the host can start one, silently per exec
+    /// elsewhere), or to what the `SWIFTIDE_SSH_RUNNER` environment variable names (`auto`,
+    /// `resident`, `per-exec`) when this setter is not called.
+    pub fn runner(mut self, runner: Runner) -> Self {
+        self.runner = Some(runner);
+        self
+    }
+
     /// Caps the output a command's result keeps: the first half and the last half of `n`
     /// bytes survive, the middle is dropped and counted in
     /// [`Execution::omitted_bytes`](crate::Execution::omitted_bytes) (through swiftide, a
@@ -548,6 +564,7 @@ impl SshExecutorBuilder {
             drain_timeout: Duration::from_secs(2),
             jump_hosts,
             escalation: self.escalation,
+            runner: self.runner.unwrap_or_else(Runner::from_env),
         };
         config.prestart_request = crate::command::prestart_request(Supervision::of(&config));
         Ok(config)

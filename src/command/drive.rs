@@ -31,6 +31,7 @@ use crate::{
         escalation::Exchange,
         marker::MarkerParser,
         output::{Execution, ExitStatus, OutputChunk, OutputSink, Retained},
+        resident::{self, Choice, Frame, Resident, RunnerRequest},
         supervisor,
     },
     config::{Config, limit},
@@ -70,6 +71,10 @@ pub(crate) struct ExecRequest {
     pub(crate) pre_escalated: Option<crate::command::PrestartPayload>,
     /// Run in a pseudo-terminal (on a channel of its own, never a spare).
     pub(crate) pty: Option<crate::command::Pty>,
+    /// What the command sends a resident runner (see `command::resident`); `None`: it takes
+    /// the per-exec path (escalated, a terminal, the caller's stdin, a form only the
+    /// universal bootstrap runs exactly).
+    pub(crate) resident: Option<RunnerRequest>,
 }
 
 impl ExecRequest {
@@ -101,6 +106,12 @@ impl ExecRequest {
             )?)),
             None => None,
         };
+        // Unescalated scripts take a resident runner where the connection has one; an
+        // escalated one runs as another account, which the login's runner is not.
+        let resident = exchange
+            .is_none()
+            .then(|| RunnerRequest::script(script, data))
+            .flatten();
         Ok(ExecRequest {
             wrapper: wrapped.request,
             stdin: wrapped.stdin.into(),
@@ -113,6 +124,9 @@ impl ExecRequest {
             escalation: exchange,
             pre_escalated,
             pty: None,
+            // Unescalated scripts take a resident runner where the connection has one; an
+            // escalated one runs as another account, which the login's runner is not.
+            resident,
         })
     }
 }
@@ -517,19 +531,47 @@ async fn drive_once(
     let config = &inner.config;
     let pty = request.pty.as_ref();
     // Waiting for a slot is abortable: nothing has been sent yet.
+    let mut slot = tokio::select! {
+        biased;
+        _ = &mut *kill => return Attempt::Done(Ok(ExitStatus::Unknown)),
+        // Dials are retried inside (see `Registry::dial`): an error here is final.
+        slot = inner.acquire_slot() => match slot {
+            Ok(slot) => slot,
+            Err(error) => return Attempt::Done(Err(error)),
+        },
+    };
+    if let Some(job) = request
+        .resident
+        .as_ref()
+        .filter(|_| input.is_none() && resident::wanted(config))
+    {
+        let running = Running::new(slot.session.clone());
+        match resident::runner_for(&slot.session, config, &inner.registry.counters).await {
+            Choice::Use(runner) => {
+                return drive_on_runner(
+                    inner, slot, running, &runner, job, events, budget, kill, gate,
+                )
+                .await;
+            }
+            Choice::PerExec => {}
+            Choice::Retry(error) => {
+                slot.mark_broken();
+                return Attempt::NotSent(error);
+            }
+            Choice::Fail(error) => return Attempt::Done(Err(error)),
+        }
+    }
     let wanted = request
         .escalation
         .as_ref()
         .and_then(|exchange| exchange.spares.as_ref());
     // A terminal is requested before the exec: no pre-started spare will do.
     let (mut slot, mut channel, _open, _running, kind) =
-        match acquire_channel(inner, kill, wanted, pty.is_some()).await {
-            Ok(Acquired::Channel(slot, channel, count, running, kind)) => {
+        match open_on_slot(slot, wanted, pty.is_some()).await {
+            Acquired::Channel(slot, channel, count, running, kind) => {
                 (slot, channel, count, running, kind)
             }
-            Ok(Acquired::Killed) => return Attempt::Done(Ok(ExitStatus::Unknown)),
-            Ok(Acquired::Retry(error)) => return Attempt::NotSent(error),
-            Err(error) => return Attempt::Done(Err(error)),
+            Acquired::Retry(error) => return Attempt::NotSent(error),
         };
     tracing::trace!(session = slot.session.id, ?kind, "channel open");
     let prestarted = kind.prestarted();
@@ -975,6 +1017,104 @@ async fn drive_once(
     })
 }
 
+/// Runs `job` through the connection's resident runner (see `command::resident`): the
+/// runner path of [`drive_once`], with the same kill and give-up rules.
+#[allow(clippy::too_many_arguments)]
+async fn drive_on_runner(
+    inner: &Arc<Pool>,
+    mut slot: PooledSlot,
+    _running: Running,
+    runner: &Arc<Resident>,
+    job: &RunnerRequest,
+    events: &mpsc::UnboundedSender<Event>,
+    budget: &tokio::sync::Semaphore,
+    kill: &mut oneshot::Receiver<()>,
+    gate: &StartGate,
+) -> Attempt {
+    let config = &inner.config;
+    let counters = &inner.registry.counters;
+    if !matches!(kill.try_recv(), Err(oneshot::error::TryRecvError::Empty)) || !gate.claim() {
+        // Timed out or cancelled while the runner started: nothing has run.
+        return Attempt::Done(Ok(ExitStatus::Unknown));
+    }
+    let Ok((id, mut frames)) = runner.submit(job, config).await else {
+        // The request never left: the runner's channel is gone; its next start will tell
+        // whether the connection is.
+        return Attempt::NotSent(Error::RunnerLost {
+            host: config.host.clone(),
+            port: config.port,
+        });
+    };
+    counters
+        .runner_commands
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    // From here on the command may be running: it is never sent again.
+    let mut pgid: Option<u32> = None;
+    let mut kill_sent = false;
+    let mut give_up_at: Option<Instant> = None;
+    let mut taken = 0usize;
+    loop {
+        let give_up = async {
+            match give_up_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            _ = &mut *kill, if !kill_sent => {
+                kill_sent = true;
+                counters.kills.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::debug!(grace = ?config.kill_grace, "killing remote process group");
+                runner.kill(id).await;
+                give_up_at = limit::deadline(
+                    Instant::now(),
+                    limit::sum(&[config.kill_grace, config.drain_timeout, config.connect_timeout]),
+                );
+            }
+            frame = frames.recv() => match frame {
+                Some(Frame::Started(group)) => pgid = Some(group),
+                Some(Frame::Output(chunk)) => {
+                    taken += chunk.bytes().len();
+                    forward(events, budget, chunk).await;
+                    if taken >= resident::ACK_EVERY {
+                        runner.ack(id, taken).await;
+                        taken = 0;
+                    }
+                }
+                Some(Frame::Ended(status)) => return Attempt::Done(Ok(status)),
+                None => {
+                    // The runner's channel closed under the command.
+                    let session = slot.session.clone();
+                    if session.is_dead() {
+                        slot.mark_broken();
+                        return Attempt::Done(Err(Error::ConnectionLost {
+                            host: config.host.clone(),
+                            port: config.port,
+                        }));
+                    }
+                    counters.runners_lost.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tracing::warn!(host = %config.host, ?pgid,
+                        "the resident runner ended while a command ran; killing its group");
+                    if let Some(pgid) = pgid {
+                        spawn_kill(inner.clone(), session, None, pgid, false);
+                    }
+                    return Attempt::Done(Err(Error::RunnerLost {
+                        host: config.host.clone(),
+                        port: config.port,
+                    }));
+                }
+            },
+            _ = give_up => {
+                tracing::warn!(host = %config.host, ?pgid,
+                    "command still running after the kill; giving up on it (a process may have left the group)");
+                runner.forget(id);
+                return Attempt::Done(Ok(ExitStatus::Unknown));
+            }
+        }
+    }
+}
+
 /// Output of a direct request that waits for the marker (see `drive_once`), at most
 /// [`HeldOutput::LIMIT`] bytes: past that it is released and the attempt can no longer fall
 /// back.
@@ -1144,38 +1284,25 @@ enum Acquired {
         Running,
         SpareKind,
     ),
-    /// Killed (timeout or cancellation) while waiting for the slot.
-    Killed,
     /// The channel could not be opened on the slot's connection (it died, or refused one
     /// too many): another slot may do, and nothing has been sent.
     Retry(Error),
 }
 
-/// Gets a slot and opens a channel on it.
+/// Opens a channel on `slot`.
 ///
-/// Only the wait for a slot is abortable. The open itself runs to completion (it is bounded by
-/// the connect timeout and the retries): dropping `channel_open_session` halfway leaves a
-/// channel the server has opened and nobody closes, which holds one of its `MaxSessions`
-/// slots and russh memory for good.
+/// The open runs to completion (it is bounded by the connect timeout and the retries):
+/// dropping `channel_open_session` halfway leaves a channel the server has opened and nobody
+/// closes, which holds one of its `MaxSessions` slots and russh memory for good. Only the
+/// wait for the slot, before this, is abortable.
 ///
 /// The command counts as running on its connection from the moment it holds the slot (the
 /// returned guard), so that retiring the connection does not close it under the open.
-async fn acquire_channel(
-    inner: &Arc<Pool>,
-    kill: &mut oneshot::Receiver<()>,
-    wanted: Option<&SparePlan>,
-    fresh: bool,
-) -> Result<Acquired> {
-    let mut slot = tokio::select! {
-        biased;
-        _ = &mut *kill => return Ok(Acquired::Killed),
-        // Dials are retried inside (see `Registry::dial`): an error here is final.
-        slot = inner.acquire_slot() => slot?,
-    };
+async fn open_on_slot(mut slot: PooledSlot, wanted: Option<&SparePlan>, fresh: bool) -> Acquired {
     let running = Running::new(slot.session.clone());
     match slot.open_channel(wanted, fresh).await {
-        Ok((channel, count, kind)) => Ok(Acquired::Channel(slot, channel, count, running, kind)),
-        Err(error) => Ok(Acquired::Retry(error)),
+        Ok((channel, count, kind)) => Acquired::Channel(slot, channel, count, running, kind),
+        Err(error) => Acquired::Retry(error),
     }
 }
 

@@ -12,6 +12,7 @@ mod process;
 mod program;
 mod pty;
 mod quote;
+pub(crate) mod resident;
 mod supervisor;
 mod wrapper;
 

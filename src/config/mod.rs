@@ -12,6 +12,7 @@ mod escalation;
 mod host_key_policy;
 mod jump_host;
 pub(crate) mod limit;
+mod runner;
 pub(crate) mod ssh_config;
 
 use std::{fmt, path::PathBuf, time::Duration};
@@ -23,6 +24,7 @@ pub use escalation::{Become, PasswordProvider, PasswordRequest};
 pub use host_key_policy::HostKeyPolicy;
 pub use jump_host::JumpHost;
 pub(crate) use jump_host::{Hop, JumpTarget, resolve_hops};
+pub use runner::Runner;
 pub(crate) use ssh_config::local_user;
 pub use ssh_config::{HostConfig, SshConfig, StrictHostKeyChecking};
 
@@ -61,6 +63,8 @@ pub(crate) struct Config {
     /// The escalation every command, file operation and job gets unless a handle says
     /// otherwise (`SshExecutor::with_become`).
     pub(crate) escalation: Option<Become>,
+    /// Whether commands go through a resident runner (`command::resident`).
+    pub(crate) runner: Runner,
 }
 
 impl fmt::Debug for Config {
@@ -95,6 +99,7 @@ impl fmt::Debug for Config {
             .field("job_retention", &self.job_retention)
             .field("jump_hosts", &self.jump_hosts)
             .field("escalation", &self.escalation)
+            .field("runner", &self.runner)
             .finish()
     }
 }

@@ -203,7 +203,9 @@ impl HostResult {
                 _ => "unknown".to_owned(),
             },
             Err(Error::Timeout { .. }) => "timeout".to_owned(),
-            Err(Error::ConnectionLost { .. }) => "may have run".to_owned(),
+            Err(Error::ConnectionLost { .. } | Error::RunnerLost { .. }) => {
+                "may have run".to_owned()
+            }
             Err(_) => "error".to_owned(),
         }
     }
@@ -265,7 +267,9 @@ impl FleetReport {
                 })
                 | Err(Error::Timeout { .. }) => summary.timed_out += 1,
                 Ok(_) => summary.failed += 1,
-                Err(Error::ConnectionLost { .. }) => summary.may_have_run += 1,
+                Err(Error::ConnectionLost { .. } | Error::RunnerLost { .. }) => {
+                    summary.may_have_run += 1
+                }
                 Err(_) if matches!(result.status(), HostStatus::HostKeyRefused(_)) => {
                     summary.host_key_refused += 1;
                 }

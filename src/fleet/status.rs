@@ -83,7 +83,7 @@ impl HostStatus {
             Error::HostKeyRevoked { .. } => HostStatus::HostKeyRefused(HostKeyProblem::Revoked),
             Error::AuthRejected { .. } => HostStatus::AuthRejected,
             Error::BecomeFailed { reason, .. } => HostStatus::BecomeFailed { reason: *reason },
-            Error::ConnectionLost { .. } => HostStatus::MayHaveRun,
+            Error::ConnectionLost { .. } | Error::RunnerLost { .. } => HostStatus::MayHaveRun,
             Error::Timeout { phase, .. } if before_exec(*phase) => HostStatus::Unreachable,
             Error::Timeout { .. } => HostStatus::TimedOut,
             Error::Ssh { phase, .. } if before_exec(*phase) => HostStatus::Unreachable,

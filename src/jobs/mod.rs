@@ -389,9 +389,11 @@ impl SshExecutor {
                 self.run_start(&id, start).await
             };
             match started {
-                Err(error @ (Error::ConnectionLost { .. } | Error::Ssh { .. }))
-                    if attempt < START_ATTEMPTS =>
-                {
+                Err(
+                    error @ (Error::ConnectionLost { .. }
+                    | Error::RunnerLost { .. }
+                    | Error::Ssh { .. }),
+                ) if attempt < START_ATTEMPTS => {
                     tracing::debug!(host = %config.host, %id, %error, "job start broke; asking again");
                     attempt += 1;
                 }

@@ -303,6 +303,15 @@ impl Pool {
                 .filter(|s| !s.is_dead())
                 .filter_map(|s| s.login_shell_startup.get())
                 .max(),
+            runner: counters
+                .runner
+                .lock()
+                .ok()
+                .and_then(|runner| runner.clone()),
+            runners_started: counters.runners_started.load(Ordering::Relaxed),
+            runners_lost: counters.runners_lost.load(Ordering::Relaxed),
+            runner_fallbacks: counters.runner_fallbacks.load(Ordering::Relaxed),
+            runner_commands: counters.runner_commands.load(Ordering::Relaxed),
             waits: state.statistics.get_waited,
             wait_timeouts: state.statistics.get_timed_out,
             wait_time: state.statistics.get_wait_time,

@@ -42,6 +42,14 @@ pub(crate) struct Counters {
     pub(crate) forward_streams_open: AtomicU64,
     pub(crate) forward_streams_opened: AtomicU64,
     pub(crate) forward_stream_failures: AtomicU64,
+    /// Resident runners (`command::resident`): started, lost while running commands,
+    /// connections where none could start, commands run through one.
+    pub(crate) runners_started: AtomicU64,
+    pub(crate) runners_lost: AtomicU64,
+    pub(crate) runner_fallbacks: AtomicU64,
+    pub(crate) runner_commands: AtomicU64,
+    /// What the last runner to start runs on (`perl 5.036000`).
+    pub(crate) runner: Mutex<Option<String>>,
 }
 
 /// Owns the connections to one host.

@@ -75,6 +75,11 @@ pub(crate) struct Session {
     /// su), one per escalation identity (`Become::identity`), opened on first use.
     pub(crate) escalated_sftp:
         tokio::sync::Mutex<std::collections::HashMap<String, Option<Arc<dyn Any + Send + Sync>>>>,
+    /// The connection's resident runner (`command::resident`), started by the first command
+    /// that can use it; type-erased like `sftp`.
+    pub(crate) resident: tokio::sync::Mutex<Option<Arc<dyn Any + Send + Sync>>>,
+    /// No resident runner could start on this connection: its commands go per exec.
+    pub(crate) resident_refused: AtomicBool,
     /// The jump-host connections this one runs through, kept alive until it disconnects
     /// (shared with the executor's other connections: the last one out closes them).
     hops: std::sync::Mutex<Option<Arc<HopChain>>>,
@@ -331,6 +336,8 @@ impl Session {
             spares: std::sync::Mutex::new(Spares::default()),
             login_shell_startup: LoginShellStartup::default(),
             sftp: tokio::sync::Mutex::new(None),
+            resident: tokio::sync::Mutex::new(None),
+            resident_refused: AtomicBool::new(false),
             escalated_sftp: tokio::sync::Mutex::new(std::collections::HashMap::new()),
             hops: std::sync::Mutex::new(connection.hops),
             forwarded: connection.forwarded,

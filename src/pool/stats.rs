@@ -73,6 +73,17 @@ pub struct PoolStats {
     /// escalation tool (`sudo -n`, `doas -n`) was already waiting, so the tool did not run
     /// on the command's critical path (see the README's "Become").
     pub escalated_spares_used: u64,
+    /// What the host's resident runner runs on (`perl 5.036000`), from the last runner
+    /// that started; `None` while none has (see [`Runner`](crate::Runner)).
+    pub runner: Option<String>,
+    /// Resident runners started (one per connection that used one).
+    pub runners_started: u64,
+    /// Resident runners that ended while commands ran on them ([`Error::RunnerLost`](crate::Error::RunnerLost)).
+    pub runners_lost: u64,
+    /// Connections on which no resident runner could start: their commands ran per exec.
+    pub runner_fallbacks: u64,
+    /// Commands run through a resident runner.
+    pub runner_commands: u64,
     /// How long the account's login shell takes to start: the largest figure among the open
     /// connections, each measured on its first command (`None` before that). It includes the
     /// shell's start-up files (a `~/.bashrc` that runs `pyenv init` or `nvm`: see the

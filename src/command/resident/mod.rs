@@ -1,0 +1,563 @@
+//! The resident runner: one program per connection that runs the executor's commands as
+//! requests on its channel, so that a command costs the host a `fork` and an `sh -c`
+//! instead of a whole SSH session (sshd's fork and session set-up, the login shell, the
+//! bootstrap).
+//!
+//! # Starting it
+//!
+//! The first command on a connection that can use a runner ([`RunnerRequest`]) opens one
+//! more session channel and sends one exec request, login-shell neutral like the universal
+//! form's bootstrap (see `command::wrapper`):
+//!
+//! ```text
+//! exec perl -e '<loader: read N bytes from stdin, eval them>'
+//! ```
+//!
+//! then the script (`runner.pl`, a few KiB, only modules of Debian's Essential `perl-base`)
+//! on stdin. It answers with a hello frame carrying a random nonce, its Perl version and its
+//! pid; whatever the login shell printed before it (rc files that talk) is skipped. No hello
+//! (no `perl` on the `PATH`: the shell says "not found" and exits 127; a login shell that
+//! exits at once) makes the connection use the per-exec path for good
+//! ([`Runner::Auto`](crate::Runner::Auto)), or fails the command with
+//! [`Error::RunnerUnavailable`] ([`Runner::Resident`](crate::Runner::Resident)). Nothing of
+//! the command has been sent then.
+//!
+//! # One command
+//!
+//! A request frame carries the `sh -c` text of the direct form (`cd`, environment, the
+//! command: [`direct_text`](crate::command::direct_text)), so a command gets exactly what the
+//! direct form gives it. The runner forks; the child calls `setsid` (its own session and
+//! process group, whose id is its pid, as sshd's `setsid` gives the per-exec command), takes
+//! `/dev/null` as stdin and two fresh pipes as stdout and stderr, restores `SIGPIPE` and
+//! `exec`s `sh -c TEXT` from the `PATH` the login shell left, in the home directory sshd
+//! started it in, with the login shell's environment. The runner frames what the pipes carry
+//! as it arrives and sends the end (exit code, or signal name and core flag) only once both
+//! pipes are closed, so output that lingering children write after the leader exited is
+//! kept, as LocalExecutor and sshd keep it.
+//!
+//! # Kills
+//!
+//! * Timeout or cancellation: a kill frame. The runner sends SIGTERM to the group, and
+//!   SIGKILL once the leader has gone or the grace has passed, as the per-exec supervisor
+//!   does; no second channel.
+//! * Client death: sshd closes the runner's stdin, and the runner SIGKILLs the group of every
+//!   command whose leader still runs (with `kill_on_disconnect`, the default), then exits.
+//! * Runner death (`kill -9`, the OOM killer): its channel closes; each command in flight
+//!   fails with [`Error::RunnerLost`] ("may have run") and its group, if it had started, is
+//!   killed from a new channel. The next command starts a new runner.
+//!
+//! # Flow control
+//!
+//! All the connection's commands share the runner's channel, whose SSH window would let one
+//! slow reader stall the rest. So the runner stops reading a command's pipes once 4 MiB of
+//! its output is unacknowledged, and the driver acknowledges what its caller has taken.
+
+use std::{
+    any::Any,
+    collections::HashMap,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU32, Ordering},
+    },
+};
+
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::sync::mpsc;
+
+use crate::{
+    command::output::{ExitStatus, OutputChunk},
+    config::{Config, Runner, limit},
+    error::Error,
+    pool::{self, ChannelCount, Counters, Session},
+};
+
+/// The runner's script. Sent on stdin at each start: nothing is left on the host.
+const SCRIPT: &str = include_str!("runner.pl");
+
+/// Output a command's driver acknowledges at a time (the runner's window is 4 MiB).
+pub(crate) const ACK_EVERY: usize = 256 * 1024;
+
+/// What a command needs to run through a runner.
+#[derive(Debug, Clone)]
+pub(crate) struct RunnerRequest {
+    /// The `sh -c` text.
+    pub(crate) text: Vec<u8>,
+    /// Bytes for the command's stdin, then EOF (the crate's own scripts); `None`:
+    /// `/dev/null`.
+    pub(crate) stdin: Option<Bytes>,
+    /// Run by `/bin/sh` (the crate's own scripts, as their bootstrap does), not the `sh`
+    /// on the `PATH` (a user's command, as the direct form does).
+    pub(crate) system_shell: bool,
+}
+
+impl RunnerRequest {
+    /// A user's command: the direct form's `sh -c` text.
+    pub(crate) fn command(text: Vec<u8>) -> Self {
+        Self {
+            text,
+            stdin: None,
+            system_shell: false,
+        }
+    }
+
+    /// Stdin data up to which the crate's own scripts take the runner: the request holds
+    /// it whole, in the client's memory and the runner's (a larger write streams per exec).
+    pub(crate) const SCRIPT_STDIN_LIMIT: usize = 1024 * 1024;
+
+    /// One of the crate's own scripts with `data` on stdin, as `script_request` runs it
+    /// (with `nl` set, which the bootstrap sets and quoted values use), or `None` when
+    /// `data` is over [`SCRIPT_STDIN_LIMIT`](Self::SCRIPT_STDIN_LIMIT).
+    pub(crate) fn script(script: &[u8], data: &[u8]) -> Option<Self> {
+        if data.len() > Self::SCRIPT_STDIN_LIMIT {
+            return None;
+        }
+        let mut text = b"nl='\n'\n".to_vec();
+        text.extend_from_slice(script);
+        Some(Self {
+            text,
+            stdin: Some(Bytes::copy_from_slice(data)),
+            system_shell: true,
+        })
+    }
+}
+
+/// What the runner says about one request.
+#[derive(Debug)]
+pub(crate) enum Frame {
+    /// The command runs; its process group.
+    Started(u32),
+    Output(OutputChunk),
+    Ended(ExitStatus),
+}
+
+/// A connection's runner.
+pub(crate) struct Resident {
+    writer: tokio::sync::Mutex<russh::ChannelWriteHalf<russh::client::Msg>>,
+    routes: Arc<Mutex<Routes>>,
+    next_id: AtomicU32,
+    /// `perl 5.036000`.
+    pub(crate) name: String,
+    /// The runner's channel counts as one of the connection's channels.
+    _count: ChannelCount,
+}
+
+#[derive(Default)]
+struct Routes {
+    /// The channel has closed: nothing more will be routed.
+    closed: bool,
+    requests: HashMap<u32, mpsc::UnboundedSender<Frame>>,
+}
+
+/// Whether a command runs through a runner on its connection.
+pub(crate) enum Choice {
+    Use(Arc<Resident>),
+    /// No runner here: the per-exec path.
+    PerExec,
+    /// The runner's channel could not be opened (the connection died): nothing was sent.
+    Retry(Error),
+    Fail(Error),
+}
+
+/// The runner of `session`, started if need be (one start at a time per connection).
+pub(crate) async fn runner_for(
+    session: &Arc<Session>,
+    config: &Config,
+    counters: &Counters,
+) -> Choice {
+    let per_exec = |reason: String| match config.runner {
+        Runner::Resident => Choice::Fail(Error::RunnerUnavailable {
+            host: config.host.clone(),
+            port: config.port,
+            reason,
+        }),
+        _ => Choice::PerExec,
+    };
+    if session.resident_refused.load(Ordering::Acquire) {
+        return per_exec("no runner could start on this connection".to_owned());
+    }
+    let mut current = session.resident.lock().await;
+    if let Some(runner) = current
+        .as_ref()
+        .and_then(|any| any.clone().downcast::<Resident>().ok())
+        && runner.is_open()
+    {
+        return Choice::Use(runner);
+    }
+    *current = None;
+    match start(session, config, counters).await {
+        Start::Ready(runner) => {
+            counters.runners_started.fetch_add(1, Ordering::Relaxed);
+            if let Ok(mut name) = counters.runner.lock() {
+                *name = Some(runner.name.clone());
+            }
+            tracing::debug!(host = %config.host, runner = %runner.name, "resident runner started");
+            *current = Some(runner.clone() as Arc<dyn Any + Send + Sync>);
+            Choice::Use(runner)
+        }
+        Start::Refused(reason) => {
+            session.resident_refused.store(true, Ordering::Release);
+            counters.runner_fallbacks.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(host = %config.host, %reason,
+                "no resident runner on this connection; commands run per exec");
+            per_exec(reason)
+        }
+        Start::Retry(error) => Choice::Retry(error),
+    }
+}
+
+enum Start {
+    Ready(Arc<Resident>),
+    Refused(String),
+    Retry(Error),
+}
+
+/// The Perl program that starts the runner: it reads `len` bytes of script from stdin and
+/// evaluates them. Login-shell neutral (no `'`, `\`, `!` or newline), so that every login
+/// shell passes it through single quotes unchanged.
+fn loader(len: usize) -> String {
+    format!(
+        "$n={len};$s=\"\";while($n>0){{$r=sysread(STDIN,$s,$n,length $s);\
+         $r>0 or exit 125;$n-=$r}}eval $s;print STDERR $@;exit 125"
+    )
+}
+
+async fn start(session: &Arc<Session>, config: &Config, counters: &Counters) -> Start {
+    let (mut channel, count) =
+        match pool::open_channel(session, config, counters, &mut || true).await {
+            Ok(opened) => opened,
+            Err(error) => return Start::Retry(error),
+        };
+    let nonce = format!("swiftide-runner-{:016x}", rand::random::<u64>());
+    let script = format!("my $nonce = '{nonce}';\n{SCRIPT}");
+    let program = loader(script.len());
+    debug_assert!(crate::command::wrapper::is_neutral(&program));
+    let request = format!("exec perl -e '{program}'");
+    if let Err(source) = channel.exec(true, request.into_bytes()).await {
+        return Start::Retry(Error::Ssh {
+            host: config.host.clone(),
+            port: config.port,
+            phase: crate::error::Phase::Exec,
+            source,
+        });
+    }
+    // The script goes out while the hello is awaited: a login shell that exits at once
+    // must not leave this write waiting for window space.
+    let writer = channel.make_writer();
+    let script_out = tokio::spawn(async move {
+        let mut writer = writer;
+        let _ = tokio::io::AsyncWriteExt::write_all(&mut writer, script.as_bytes()).await;
+    });
+    let mut stdout = BytesMut::new();
+    let mut stderr = Vec::new();
+    let mut exit: Option<String> = None;
+    let hello = limit::within(
+        limit::deadline(tokio::time::Instant::now(), config.connect_timeout),
+        async {
+            loop {
+                match channel.wait().await {
+                    Some(russh::ChannelMsg::Data { data }) => {
+                        stdout.extend_from_slice(&data);
+                        if let Some(name) = find_hello(&mut stdout, &nonce) {
+                            return Some(name);
+                        }
+                        // Keep what may be the start of the hello, not the login's chatter.
+                        if stdout.len() > 64 * 1024 {
+                            let keep = stdout.len() - 1024;
+                            stdout.advance(keep);
+                        }
+                    }
+                    Some(russh::ChannelMsg::ExtendedData { data, .. }) => {
+                        if stderr.len() < 4096 {
+                            stderr.extend_from_slice(&data);
+                        }
+                    }
+                    Some(russh::ChannelMsg::ExitStatus { exit_status }) => {
+                        exit = Some(format!("exit status {exit_status}"));
+                    }
+                    Some(russh::ChannelMsg::Failure) => {
+                        exit = Some("the server refused the exec request".to_owned());
+                        return None;
+                    }
+                    Some(russh::ChannelMsg::Close) | None => return None,
+                    Some(_) => {}
+                }
+            }
+        },
+    )
+    .await
+    .flatten();
+    let Some(name) = hello else {
+        script_out.abort();
+        let _ = channel.close().await;
+        if session.is_dead() {
+            return Start::Retry(Error::ConnectionLost {
+                host: config.host.clone(),
+                port: config.port,
+            });
+        }
+        let said = String::from_utf8_lossy(&stderr).trim().to_owned();
+        let reason = match (exit, said.is_empty()) {
+            (Some(exit), true) => exit,
+            (Some(exit), false) => format!("{exit}: {said}"),
+            (None, true) => format!("no answer within {:?}", config.connect_timeout),
+            (None, false) => said,
+        };
+        return Start::Refused(reason);
+    };
+    let (read, write) = channel.split();
+    let routes = Arc::new(Mutex::new(Routes::default()));
+    tokio::spawn(read_frames(read, stdout, routes.clone()));
+    Start::Ready(Arc::new(Resident {
+        writer: tokio::sync::Mutex::new(write),
+        routes,
+        next_id: AtomicU32::new(1),
+        name,
+        _count: count,
+    }))
+}
+
+/// Finds the hello frame (`H`, id 0, "NONCE perl VERSION PID") in what the runner's channel
+/// printed so far, drops everything up to its end and returns `perl VERSION`.
+fn find_hello(stdout: &mut BytesMut, nonce: &str) -> Option<String> {
+    let at = stdout
+        .windows(nonce.len())
+        .position(|window| window == nonce.as_bytes())?;
+    let header = at.checked_sub(9)?;
+    let frame_len = u32::from_be_bytes(stdout.get(header + 5..header + 9)?.try_into().ok()?);
+    let end = at.checked_add(usize::try_from(frame_len).ok()?)?;
+    if stdout.get(header) != Some(&b'H') || stdout.len() < end {
+        return None;
+    }
+    let hello = String::from_utf8_lossy(&stdout[at + nonce.len()..end]).into_owned();
+    stdout.advance(end);
+    let mut words = hello.split_whitespace();
+    let name = format!("{} {}", words.next()?, words.next()?);
+    Some(name)
+}
+
+/// Reads the runner's frames and hands each to its request's driver, until the channel
+/// closes; then every request still routed hears nothing more (its sender is dropped).
+async fn read_frames(
+    mut read: russh::ChannelReadHalf,
+    mut buffer: BytesMut,
+    routes: Arc<Mutex<Routes>>,
+) {
+    loop {
+        while let Some((kind, id, data)) = next_frame(&mut buffer) {
+            let frame = match kind {
+                b'S' => std::str::from_utf8(&data)
+                    .ok()
+                    .and_then(|pid| pid.parse().ok())
+                    .map(Frame::Started),
+                b'O' => Some(Frame::Output(OutputChunk::Stdout(data))),
+                b'E' => Some(Frame::Output(OutputChunk::Stderr(data))),
+                b'X' => Some(Frame::Ended(parse_end(&data))),
+                _ => None,
+            };
+            let Some(frame) = frame else { continue };
+            let ended = matches!(frame, Frame::Ended(_));
+            if let Ok(mut routes) = routes.lock() {
+                let sender = if ended {
+                    routes.requests.remove(&id)
+                } else {
+                    routes.requests.get(&id).cloned()
+                };
+                if let Some(sender) = sender {
+                    let _ = sender.send(frame);
+                }
+            }
+        }
+        match read.wait().await {
+            Some(russh::ChannelMsg::Data { data }) => buffer.extend_from_slice(&data),
+            Some(russh::ChannelMsg::ExtendedData { data, .. }) => {
+                // The runner's own complaints (Perl's); never a command's output.
+                tracing::debug!(runner_stderr = %String::from_utf8_lossy(&data), "resident runner");
+            }
+            Some(russh::ChannelMsg::Close) | None => break,
+            Some(_) => {}
+        }
+    }
+    if let Ok(mut routes) = routes.lock() {
+        routes.closed = true;
+        routes.requests.clear();
+    }
+}
+
+/// The next whole frame in `buffer`: its type, request id and data.
+fn next_frame(buffer: &mut BytesMut) -> Option<(u8, u32, Bytes)> {
+    let header = buffer.get(..9)?;
+    let kind = header[0];
+    let id = u32::from_be_bytes(header[1..5].try_into().ok()?);
+    let len = usize::try_from(u32::from_be_bytes(header[5..9].try_into().ok()?)).ok()?;
+    if buffer.len() < 9 + len {
+        return None;
+    }
+    // Copied out rather than split off: a split-off piece would keep the buffer's whole
+    // allocation alive while it waits for a slow caller, several times its own size.
+    let data = Bytes::copy_from_slice(buffer.get(9..9 + len)?);
+    buffer.advance(9 + len);
+    Some((kind, id, data))
+}
+
+/// `c CODE` or `s NAME CORE`, named as OpenSSH names signals in `exit-signal` (which names
+/// thirteen and calls the rest `SIG@openssh.com`).
+fn parse_end(data: &[u8]) -> ExitStatus {
+    let text = String::from_utf8_lossy(data);
+    let mut words = text.split_whitespace();
+    match (words.next(), words.next(), words.next()) {
+        (Some("c"), Some(code), _) => code.parse().map_or(ExitStatus::Unknown, ExitStatus::Code),
+        (Some("s"), Some(name), core) => {
+            const OPENSSH_NAMES: &[&str] = &[
+                "ABRT", "ALRM", "FPE", "HUP", "ILL", "INT", "KILL", "PIPE", "QUIT", "SEGV", "TERM",
+                "USR1", "USR2",
+            ];
+            let name = if OPENSSH_NAMES.contains(&name) {
+                name.to_owned()
+            } else {
+                "SIG@openssh.com".to_owned()
+            };
+            ExitStatus::Signal {
+                name,
+                core_dumped: core == Some("1"),
+            }
+        }
+        _ => ExitStatus::Unknown,
+    }
+}
+
+fn frame(kind: u8, id: u32, data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(9 + data.len());
+    out.push(kind);
+    out.extend_from_slice(&id.to_be_bytes());
+    out.extend_from_slice(&u32::try_from(data.len()).unwrap_or(u32::MAX).to_be_bytes());
+    out.extend_from_slice(data);
+    out
+}
+
+impl Resident {
+    /// The runner's channel is still open.
+    pub(crate) fn is_open(&self) -> bool {
+        self.routes
+            .lock()
+            .map(|routes| !routes.closed)
+            .unwrap_or(false)
+    }
+
+    /// Sends `request`; its frames arrive on the receiver. `Err`: the request could not be
+    /// queued on the connection (nothing was sent).
+    pub(crate) async fn submit(
+        &self,
+        request: &RunnerRequest,
+        config: &Config,
+    ) -> std::result::Result<(u32, mpsc::UnboundedReceiver<Frame>), ()> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (sender, receiver) = mpsc::unbounded_channel();
+        {
+            let mut routes = self.routes.lock().map_err(|_| ())?;
+            if routes.closed {
+                return Err(());
+            }
+            routes.requests.insert(id, sender);
+        }
+        // The runner's flags: 1 kill on disconnect, 2 stdin from the request, 4 `/bin/sh`.
+        let flags = u8::from(config.kill_on_disconnect)
+            | if request.stdin.is_some() { 2 } else { 0 }
+            | if request.system_shell { 4 } else { 0 };
+        let grace = u32::try_from(config.kill_grace.as_millis()).unwrap_or(u32::MAX);
+        let text_len = u32::try_from(request.text.len()).map_err(|_| ())?;
+        let stdin = request.stdin.as_deref().unwrap_or_default();
+        let mut data = Vec::with_capacity(9 + request.text.len() + stdin.len());
+        data.push(flags);
+        data.extend_from_slice(&grace.to_be_bytes());
+        data.extend_from_slice(&text_len.to_be_bytes());
+        data.extend_from_slice(&request.text);
+        data.extend_from_slice(stdin);
+        if self.send(frame(b'R', id, &data)).await.is_err() {
+            self.forget(id);
+            return Err(());
+        }
+        Ok((id, receiver))
+    }
+
+    /// Asks the runner to kill request `id`'s group (SIGTERM, grace, SIGKILL).
+    pub(crate) async fn kill(&self, id: u32) {
+        let _ = self.send(frame(b'K', id, b"")).await;
+    }
+
+    /// Tells the runner that `bytes` of request `id`'s output were taken.
+    pub(crate) async fn ack(&self, id: u32, bytes: usize) {
+        let bytes = u32::try_from(bytes).unwrap_or(u32::MAX);
+        let _ = self.send(frame(b'A', id, &bytes.to_be_bytes())).await;
+    }
+
+    /// Stops routing request `id`'s frames (its driver gave up on it).
+    pub(crate) fn forget(&self, id: u32) {
+        if let Ok(mut routes) = self.routes.lock() {
+            routes.requests.remove(&id);
+        }
+    }
+
+    async fn send(&self, frame: Vec<u8>) -> std::result::Result<(), russh::Error> {
+        let writer = self.writer.lock().await;
+        writer.data(frame.as_slice()).await
+    }
+}
+
+/// Whether `config` lets commands use a runner at all.
+pub(crate) fn wanted(config: &Config) -> bool {
+    config.runner != Runner::PerExec
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_loader_is_login_shell_neutral() {
+        assert!(crate::command::wrapper::is_neutral(&loader(12345)));
+    }
+
+    #[test]
+    fn frames_are_split_at_their_lengths() {
+        let mut buffer = BytesMut::new();
+        buffer.extend_from_slice(&frame(b'O', 7, b"abc"));
+        buffer.extend_from_slice(&frame(b'X', 7, b"c 0")[..5]);
+        let (kind, id, data) = next_frame(&mut buffer).expect("a whole frame");
+        assert_eq!((kind, id, &data[..]), (b'O', 7, &b"abc"[..]));
+        assert!(next_frame(&mut buffer).is_none());
+    }
+
+    #[test]
+    fn ends_are_named_as_openssh_names_them() {
+        assert_eq!(parse_end(b"c 3"), ExitStatus::Code(3));
+        assert_eq!(
+            parse_end(b"s TERM 0"),
+            ExitStatus::Signal {
+                name: "TERM".into(),
+                core_dumped: false
+            }
+        );
+        assert_eq!(
+            parse_end(b"s BUS 1"),
+            ExitStatus::Signal {
+                name: "SIG@openssh.com".into(),
+                core_dumped: true
+            }
+        );
+        assert_eq!(parse_end(b"?"), ExitStatus::Unknown);
+    }
+
+    #[test]
+    fn the_hello_is_found_after_login_chatter() {
+        let nonce = "swiftide-runner-00000000000000aa";
+        let mut buffer = BytesMut::from(&b"welcome to the host\n"[..]);
+        let hello = format!("{nonce} perl 5.036000 4242");
+        buffer.extend_from_slice(&frame(b'H', 0, hello.as_bytes()));
+        buffer.extend_from_slice(b"S");
+        assert_eq!(
+            find_hello(&mut buffer, nonce).as_deref(),
+            Some("perl 5.036000")
+        );
+        assert_eq!(&buffer[..], b"S");
+    }
+}

@@ -1,0 +1,49 @@
+//! [`Runner`]: how commands reach the host's shell, one session per command or through a
+//! resident runner (the mechanics live in `command::resident`).
+
+/// How the executor starts commands on a host.
+///
+/// Every command through sshd costs a whole SSH session on the host: sshd forks and sets up
+/// the session, the login shell starts, then the command's own `sh`. A **resident runner** is
+/// one small program per connection (today a Perl script: `perl` is Essential on Debian and
+/// Ubuntu and present on nearly every other distribution), started by one exec request, that
+/// runs the executor's commands as requests on its channel: each one is `fork` and `sh -c`,
+/// in a session and process group of its own, stdout and stderr on pipes of their own. See
+/// the README's "How commands run" for what takes which path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Runner {
+    /// A resident runner where the host can start one (the account's `PATH` has `perl`),
+    /// else one session per command, silently: the results are the same either way.
+    #[default]
+    Auto,
+    /// A resident runner or nothing: a command that could use it fails with
+    /// [`Error::RunnerUnavailable`](crate::Error::RunnerUnavailable) on a host where none
+    /// starts.
+    Resident,
+    /// One SSH session per command, as before there was a runner.
+    PerExec,
+}
+
+impl Runner {
+    /// The setting named by `SWIFTIDE_SSH_RUNNER` (`auto`, `resident`, `per-exec`), for the
+    /// builders that were given none; `Auto` when it is unset. An unknown value is ignored
+    /// with a warning.
+    pub(crate) fn from_env() -> Runner {
+        match std::env::var("SWIFTIDE_SSH_RUNNER") {
+            Ok(value) => match value.trim() {
+                "" | "auto" => Runner::Auto,
+                "resident" => Runner::Resident,
+                "per-exec" | "perexec" => Runner::PerExec,
+                other => {
+                    tracing::warn!(
+                        value = other,
+                        "SWIFTIDE_SSH_RUNNER: unknown value, using auto"
+                    );
+                    Runner::Auto
+                }
+            },
+            Err(_) => Runner::Auto,
+        }
+    }
+}

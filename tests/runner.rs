@@ -1,0 +1,382 @@
+//! The resident runner (`Runner`): the same results as one session per command, every kill
+//! path, no leaks over many commands, its death mid-command, and hosts where it cannot start.
+//! (Client death with the runner: `tests/reliability.rs`, which runs with the default
+//! `Runner::Auto`.)
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{builder, testbed, token, wait_until_gone};
+use swiftide_ssh_executor::{Error, ExecOptions, ExitStatus, Runner, SshExecutor};
+use swiftide_ssh_testbed::Testbed;
+
+async fn executor(tb: &Testbed, runner: Runner) -> SshExecutor {
+    builder(tb)
+        .runner(runner)
+        .max_connections(1)
+        .kill_grace(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap()
+}
+
+/// The runner's pid: the parent of a command it runs.
+async fn runner_pid(ex: &SshExecutor) -> i32 {
+    let out = ex.run("echo $PPID").await.unwrap();
+    String::from_utf8_lossy(&out.stdout())
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn proc_count(dir: String) -> usize {
+    std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0)
+}
+
+/// Children of `pid` on the host (zombies included).
+fn children(pid: i32) -> Vec<String> {
+    let out = std::process::Command::new("ps")
+        .args(["-o", "pid=,stat=,args=", "--ppid", &pid.to_string()])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test]
+async fn commands_give_the_same_results_through_the_runner_and_per_exec() {
+    let tb = testbed();
+    let resident = executor(&tb, Runner::Resident).await;
+    let per_exec = executor(&tb, Runner::PerExec).await;
+    let dir = tb.scratch_dir().join("a dir with 'quotes' and\nnewline");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cases: Vec<(&str, ExecOptions)> = vec![
+        (
+            "printf 'a\\0b'; printf err >&2; exit 3",
+            ExecOptions::default(),
+        ),
+        (
+            "echo $0 $# $$; ps -o pgid= -p $$ | tr -d ' '",
+            ExecOptions::default(),
+        ),
+        ("kill -TERM $$", ExecOptions::default()),
+        ("kill -BUS $$", ExecOptions::default()),
+        (
+            "pwd; echo \"$PWD\"",
+            ExecOptions::default().current_dir(&dir),
+        ),
+        ("cd /nonexistent-dir-xyz", ExecOptions::default()),
+        (
+            "pwd",
+            ExecOptions::default().current_dir("/nonexistent-dir-xyz"),
+        ),
+        ("read line; echo \"[$line]\" $?", ExecOptions::default()),
+        (
+            "(sleep 0.3; echo late; echo late-err >&2) & echo early",
+            ExecOptions::default(),
+        ),
+        ("echo $HOME; id -u; umask", ExecOptions::default()),
+        (
+            "head -c 3000000 /dev/zero | tr '\\0' x",
+            ExecOptions::default(),
+        ),
+        ("no-such-command-xyz", ExecOptions::default()),
+        (
+            "trap 'echo trapped' TERM; echo ready; sleep 5 & wait",
+            ExecOptions::default().timeout(Duration::from_millis(500)),
+        ),
+    ];
+    for (command, options) in cases {
+        let a = resident
+            .execute(command, options.clone(), &mut |_| {})
+            .await
+            .unwrap();
+        let b = per_exec
+            .execute(command, options, &mut |_| {})
+            .await
+            .unwrap();
+        // `$$` differs between runs: compare the shape of the second case instead.
+        if command.starts_with("echo $0") {
+            let text = a.stdout_lossy();
+            let words: Vec<&str> = text.split_whitespace().collect();
+            assert_eq!(&words[..2], ["sh", "0"], "{command}");
+            assert_eq!(words[2], words[3], "the command leads its group: {text}");
+            continue;
+        }
+        let status = |e: &swiftide_ssh_executor::Execution| match &e.status {
+            ExitStatus::TimedOut { .. } => "timed out".to_owned(),
+            other => format!("{other:?}"),
+        };
+        assert_eq!(status(&a), status(&b), "{command}");
+        assert_eq!(a.stdout(), b.stdout(), "{command}");
+        assert_eq!(a.stderr(), b.stderr(), "{command}");
+    }
+    let stats = resident.pool_stats();
+    // All but the directory with a newline, which the direct form (and so the runner)
+    // leaves to the universal form.
+    assert_eq!(stats.runner_commands, 12, "{stats:?}");
+    assert_eq!(per_exec.pool_stats().runner_commands, 0);
+    assert!(
+        stats.runner.as_deref().unwrap_or("").starts_with("perl "),
+        "{stats:?}"
+    );
+}
+
+#[tokio::test]
+async fn output_written_after_the_leader_exits_is_kept_and_redirected_children_survive() {
+    let tb = testbed();
+    let ex = executor(&tb, Runner::Resident).await;
+    let out = ex
+        .run("(sleep 0.5; echo late; echo late-err >&2) & echo early")
+        .await
+        .unwrap();
+    assert_eq!(out.stdout(), b"early\nlate\n");
+    assert_eq!(out.stderr(), b"late-err\n");
+    assert_eq!(out.status, ExitStatus::Code(0));
+
+    let marker = tb.scratch_dir().join(format!("survivor-{}", token()));
+    let started = Instant::now();
+    let out = ex
+        .run(&format!(
+            "(sleep 1; touch '{}') >/dev/null 2>&1 & echo started",
+            marker.display()
+        ))
+        .await
+        .unwrap();
+    assert_eq!(out.stdout(), b"started\n");
+    assert!(
+        started.elapsed() < Duration::from_millis(900),
+        "waited for a redirected child"
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        marker.exists(),
+        "the redirected background child was killed"
+    );
+}
+
+#[tokio::test]
+async fn timeouts_and_dropped_futures_kill_the_whole_group_through_the_runner() {
+    let tb = testbed();
+    let ex = executor(&tb, Runner::Resident).await;
+    let t = token();
+    let pattern = format!("sleep 300.{t}");
+    let out = ex
+        .execute(
+            &format!("trap '' TERM; echo ready; {pattern} & {pattern}"),
+            ExecOptions::default().timeout(Duration::from_millis(400)),
+            &mut |_| {},
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            out.status,
+            ExitStatus::TimedOut {
+                confirmed_dead: true,
+                ..
+            }
+        ),
+        "{:?}",
+        out.status
+    );
+    assert_eq!(out.stdout(), b"ready\n");
+    assert!(
+        wait_until_gone(&pattern, Duration::from_secs(3))
+            .await
+            .is_empty()
+    );
+
+    let pattern = format!("sleep 301.{t}");
+    let command = format!("{pattern} & {pattern}");
+    let _ = tokio::time::timeout(Duration::from_millis(400), ex.run(&command)).await;
+    assert!(
+        wait_until_gone(&pattern, Duration::from_secs(3))
+            .await
+            .is_empty()
+    );
+    let stats = ex.pool_stats();
+    assert_eq!((stats.runners_started, stats.kills), (1, 2), "{stats:?}");
+}
+
+#[tokio::test]
+async fn a_runner_killed_mid_command_fails_it_as_may_have_run_and_the_next_gets_a_new_one() {
+    let tb = testbed();
+    let ex = executor(&tb, Runner::Resident).await;
+    let pid = runner_pid(&ex).await;
+    let t = token();
+    let pattern = format!("sleep 303.{t}");
+    let command = ex.clone();
+    let pattern_in = pattern.clone();
+    let running = tokio::spawn(async move {
+        command
+            .run(&format!("echo started; {pattern_in} & {pattern_in}"))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(pid).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    let result = tokio::time::timeout(Duration::from_secs(10), running)
+        .await
+        .expect("the command hung after its runner died")
+        .unwrap();
+    assert!(
+        matches!(result, Err(Error::RunnerLost { .. })),
+        "{result:?}"
+    );
+    // Its group is killed from a new channel.
+    assert!(
+        wait_until_gone(&pattern, Duration::from_secs(5))
+            .await
+            .is_empty()
+    );
+    let out = ex.run("echo again").await.unwrap();
+    assert_eq!(out.stdout(), b"again\n");
+    let stats = ex.pool_stats();
+    assert_eq!(
+        (stats.runners_started, stats.runners_lost),
+        (2, 1),
+        "{stats:?}"
+    );
+    assert_ne!(runner_pid(&ex).await, pid);
+}
+
+#[tokio::test]
+async fn ten_thousand_commands_on_one_runner_leak_no_process_descriptor_or_memory() {
+    let tb = testbed();
+    let ex = executor(&tb, Runner::Resident).await;
+    let pid = runner_pid(&ex).await;
+    for _ in 0..100 {
+        ex.run("true").await.unwrap();
+    }
+    let fds = || proc_count(format!("/proc/{pid}/fd"));
+    let rss = || {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap()
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("VmRSS:").map(|v| {
+                    v.trim()
+                        .trim_end_matches(" kB")
+                        .trim()
+                        .parse::<u64>()
+                        .unwrap()
+                })
+            })
+            .unwrap()
+    };
+    let (fds_before, rss_before) = (fds(), rss());
+    let mut failures = 0;
+    for i in 0..10_000 {
+        let command = if i % 2 == 0 {
+            "true"
+        } else {
+            "echo out; echo err >&2"
+        };
+        match ex.run(command).await {
+            Ok(out) if out.status == ExitStatus::Code(0) => {}
+            _ => failures += 1,
+        }
+    }
+    assert_eq!(failures, 0);
+    assert_eq!(runner_pid(&ex).await, pid, "the runner was replaced");
+    assert_eq!(fds(), fds_before, "descriptors leaked");
+    assert!(
+        rss() < rss_before + 2048,
+        "the runner grew from {rss_before} to {} KiB",
+        rss()
+    );
+    assert!(
+        children(pid).is_empty(),
+        "children left: {:?}",
+        children(pid)
+    );
+    let stats = ex.pool_stats();
+    assert_eq!(stats.runners_started, 1, "{stats:?}");
+    assert!(stats.runner_commands >= 10_100, "{stats:?}");
+}
+
+/// A host whose account has no `perl` on its `PATH` (a BusyBox-only `PATH` here).
+fn host_without_perl() -> Testbed {
+    let bin = std::env::temp_dir().join(format!("swiftide-no-perl-{}", token()));
+    std::fs::create_dir_all(&bin).unwrap();
+    let busybox = which("busybox");
+    for tool in [
+        "sh", "echo", "cat", "sleep", "setsid", "kill", "tr", "id", "env", "printf", "grep",
+    ] {
+        let _ = std::os::unix::fs::symlink(&busybox, bin.join(tool));
+    }
+    assert!(!bin.join("perl").exists());
+    Testbed::builder()
+        .sshd_config_line(format!("SetEnv PATH={}", bin.display()))
+        .start()
+        .unwrap()
+}
+
+fn which(tool: &str) -> std::path::PathBuf {
+    let out = std::process::Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .unwrap();
+    std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+#[tokio::test]
+async fn a_host_without_perl_runs_per_exec_under_auto_and_refuses_resident() {
+    let tb = host_without_perl();
+    let auto = executor(&tb, Runner::Auto).await;
+    for _ in 0..3 {
+        let out = auto
+            .run("echo $PATH | grep -c no-perl; exit 4")
+            .await
+            .unwrap();
+        assert_eq!(
+            (out.stdout(), out.status.clone()),
+            (b"1\n".to_vec(), ExitStatus::Code(4))
+        );
+    }
+    let stats = auto.pool_stats();
+    assert_eq!(
+        (
+            stats.runner.clone(),
+            stats.runners_started,
+            stats.runner_fallbacks,
+            stats.runner_commands
+        ),
+        (None, 0, 1, 0),
+        "{stats:?}"
+    );
+    // A timeout still kills the group on the per-exec path.
+    let t = token();
+    let out = auto
+        .execute(
+            &format!("sleep 304.{t}"),
+            ExecOptions::default().timeout(Duration::from_millis(300)),
+            &mut |_| {},
+        )
+        .await
+        .unwrap();
+    assert!(matches!(out.status, ExitStatus::TimedOut { .. }));
+    assert!(
+        wait_until_gone(&format!("sleep 304.{t}"), Duration::from_secs(3))
+            .await
+            .is_empty()
+    );
+
+    let resident = executor(&tb, Runner::Resident).await;
+    match resident.run("echo never").await {
+        Err(Error::RunnerUnavailable { reason, .. }) => {
+            assert!(
+                reason.contains("127") || reason.contains("perl"),
+                "{reason}"
+            );
+        }
+        other => panic!("expected RunnerUnavailable, got {other:?}"),
+    }
+}
