@@ -311,6 +311,27 @@ pub fn warm(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
         "(diagnostic)",
         None,
     );
+    // The physical floor of any runner with LocalExecutor's semantics: a process on the host
+    // (Perl, as the runner) that forks `sh -c true` in a session of its own with stdout and
+    // stderr on pipes, reads both to EOF and reaps it; no SSH at all. Measured here, in the
+    // same cgroup, right after the variants above.
+    let floor_n = ctx.size(2000, 500);
+    let floor_us = runner_floor_us(floor_n)?;
+    println!(
+        "  floor: a local Perl loop forking `sh -c true` (no SSH)  server CPU {floor_us:.0} µs/cmd"
+    );
+    report.row(
+        "1 server CPU per warm `true`: the floor of a runner, no SSH (a Perl loop: fork, setsid, pipes, `sh -c true`, reap)",
+        format!("runner on {:.0} µs", m.server(Variant::Run)),
+        format!("floor {floor_us:.0} µs; raw russh `true` {:.0} µs", m.server(Variant::RawTrue)),
+        format!(
+            "{} of the floor; the floor is {} raw russh",
+            ratio(m.server(Variant::Run) / floor_us),
+            ratio(floor_us / m.server(Variant::RawTrue))
+        ),
+        "(diagnostic)",
+        None,
+    );
     // The resident runner's targets (issue: past sshd's per-exec floor), runner on and off.
     let runner_name = m.runner.clone().unwrap_or_else(|| "none".to_owned());
     let per_exec = m.get(Variant::RunPerExec);
@@ -622,4 +643,23 @@ pub fn slow_link(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// CPU per command (µs) of [the floor](warm) of a resident runner: `n` × `sh -c true` forked
+/// by a local Perl loop, measured as this benchmark's CPU (its cgroup) minus its own.
+fn runner_floor_us(n: usize) -> anyhow::Result<f64> {
+    const LOOP: &str = "use POSIX (); open(my $null, '<', '/dev/null') or die; \
+        for (1..$ARGV[0]) { pipe(my $or, my $ow) or die; pipe(my $er, my $ew) or die; \
+        my $pid = fork(); if (!$pid) { POSIX::setsid(); POSIX::dup2(fileno($null), 0); \
+        POSIX::dup2(fileno($ow), 1); POSIX::dup2(fileno($ew), 2); \
+        exec { 'sh' } 'sh', '-c', 'true'; POSIX::_exit(127) } \
+        close($ow); close($ew); my $b; while (sysread($or, $b, 65536)) {} \
+        while (sysread($er, $b, 65536)) {} waitpid($pid, 0) }";
+    let (tree0, self0) = (tree_cpu_secs(), self_cpu_secs());
+    let status = std::process::Command::new("perl")
+        .args(["-e", LOOP, &n.to_string()])
+        .status()?;
+    ensure!(status.success(), "the floor's Perl loop failed: {status}");
+    let cpu = (tree_cpu_secs() - tree0) - (self_cpu_secs() - self0);
+    Ok(cpu / n as f64 * 1e6)
 }

@@ -1,21 +1,24 @@
 # The resident runner of swiftide-ssh-executor (see src/command/resident/mod.rs): one per
 # connection, it runs the executor's commands as requests framed on its stdin and sends
 # their output, process groups and ends back framed on its stdout. Uses only modules of
-# Debian's Essential perl-base (strict, warnings, POSIX, Config, Fcntl).
+# Debian's Essential perl-base (strict, warnings, POSIX, Fcntl, and Config for signal names).
 #
 # A frame is a type byte, a request id and a length (both 32-bit big-endian), then the data.
 #   client -> runner: R (run: flags u8, grace ms u32, text length u32, text, stdin bytes),
 #                     K (kill the request's group), A (acknowledge u32 output bytes)
-#   runner -> client: H (hello, id 0), S (started: the group id), O and E (stdout, stderr),
+#   runner -> client: H (hello, id 0), S (started: the group id; with the first output or
+#                     the end, or after 2 ms), O and E (stdout, stderr),
 #                     X (ended: "c CODE" or "s NAME CORE", after both pipes closed)
 use strict;
 use warnings;
 use POSIX ();
-use Config;
 use Fcntl ();
 
 $SIG{PIPE} = 'IGNORE';
-my @signame = split ' ', $Config{sig_name};
+# A leader's end interrupts the wait (the handler itself has nothing to do).
+$SIG{CHLD} = sub { };
+# Opened once (close-on-exec) and duplicated onto each command's stdin.
+open(my $null, '<', '/dev/null') or die "/dev/null: $!";
 my $ticks = POSIX::sysconf(POSIX::_SC_CLK_TCK()) || 100;
 sub now_ms { return (POSIX::times())[0] * 1000 / $ticks }
 binmode STDIN;
@@ -27,12 +30,20 @@ my $window = 4 * 1024 * 1024;
 my $EINTR = POSIX::EINTR();
 my $EAGAIN = POSIX::EAGAIN();
 
+# Frames wait in $out until the end of the loop's turn (or the buffer holds 64 KiB), so
+# that what one turn produces leaves in one write: one packet through sshd, not one a frame.
+my $out = '';
+
 sub put {
     my ($type, $id, $data) = @_;
-    my $frame = pack('aNN', $type, $id, length $data) . $data;
+    $out .= pack('aNN', $type, $id, length $data) . $data;
+    flush() if length($out) >= 65536;
+}
+
+sub flush {
     my $off = 0;
-    while ($off < length $frame) {
-        my $n = syswrite(STDOUT, $frame, length($frame) - $off, $off);
+    while ($off < length $out) {
+        my $n = syswrite(STDOUT, $out, length($out) - $off, $off);
         if (!defined $n) {
             next if $! == $EINTR || $! == $EAGAIN;
             # The channel is gone: what runs is handled as on a closed stdin.
@@ -40,6 +51,7 @@ sub put {
         }
         $off += $n;
     }
+    $out = '';
 }
 
 my %req;      # id -> { pid, pipes, status, unacked, term_at, killed, kod, stdin, sent }
@@ -78,7 +90,7 @@ sub start {
         if ($flags & 2) {
             POSIX::dup2(fileno($ir), 0);
         } else {
-            open(STDIN, '<', '/dev/null');
+            POSIX::dup2(fileno($null), 0);
         }
         POSIX::dup2(fileno($ow), 1);
         POSIX::dup2(fileno($ew), 2);
@@ -105,7 +117,17 @@ sub start {
             close($iw);
         }
     }
-    put('S', $id, $pid);
+    # The start frame waits for the command's first output or end, or 2 ms: a short
+    # command's start and end then travel together.
+    $r->{announce_at} = now_ms() + 2;
+}
+
+sub announce {
+    my ($id) = @_;
+    my $r = $req{$id} or return;
+    return unless defined $r->{announce_at};
+    delete $r->{announce_at};
+    put('S', $id, $r->{pid});
 }
 
 sub stop {
@@ -139,14 +161,28 @@ sub reap {
     }
 }
 
+# The signal's name, from Config (loaded on the first death by signal: it is large, and
+# a smaller runner forks faster).
+my @signame;
+sub signame {
+    my ($number) = @_;
+    if (!@signame) {
+        no warnings 'once';
+        require Config;
+        @signame = split ' ', $Config::Config{sig_name};
+    }
+    return $signame[$number] // $number;
+}
+
 sub finish {
     for my $id (keys %req) {
         my $r = $req{$id};
         next if $r->{open} > 0 || !defined $r->{status};
         my $status = $r->{status};
         my $end = ($status & 127)
-            ? 's ' . ($signame[$status & 127] // ($status & 127)) . ' ' . (($status & 128) ? 1 : 0)
+            ? 's ' . signame($status & 127) . ' ' . (($status & 128) ? 1 : 0)
             : 'c ' . ($status >> 8);
+        announce($id);
         delete $req{$id};
         put('X', $id, $end);
     }
@@ -165,6 +201,7 @@ sub request {
 }
 
 put('H', 0, "$nonce perl $] $$");
+flush();
 while (1) {
     reap();
     finish();
@@ -185,16 +222,25 @@ while (1) {
             $left = 0 if $left < 0;
             $timeout = $left if !defined $timeout || $left < $timeout;
         }
+        if (defined $r->{announce_at}) {
+            my $left = ($r->{announce_at} - $now) / 1000;
+            $left = 0 if $left < 0;
+            $timeout = $left if !defined $timeout || $left < $timeout;
+        }
         if ($r->{open} == 0 && !defined $r->{status}) {
             $timeout = 0.002 if !defined $timeout || $timeout > 0.002;
         }
     }
+    flush();
     my $n = select(my $rout = $rin, my $wout = $win, undef, $timeout);
     if ($n < 0) {
         next if $! == $EINTR;
         die "select: $!";
     }
     $now = now_ms();
+    for my $id (keys %req) {
+        announce($id) if defined $req{$id}{announce_at} && $now >= $req{$id}{announce_at};
+    }
     for my $r (values %req) {
         if (defined $r->{term_at} && !$r->{killed} && $now >= $r->{term_at} + $r->{grace}) {
             kill('KILL', -$r->{pid});
@@ -245,6 +291,7 @@ while (1) {
             next;
         }
         $req{$id}{unacked} += $got;
+        announce($id);
         put($type, $id, $buf);
     }
 }
