@@ -48,9 +48,14 @@ fn children(pid: i32) -> Vec<String> {
 
 #[tokio::test]
 async fn commands_give_the_same_results_through_the_runner_and_per_exec() {
-    let tb = testbed();
-    let resident = executor(&tb, Runner::Resident).await;
-    let per_exec = executor(&tb, Runner::PerExec).await;
+    for (tb, runner) in runner_hosts() {
+        same_results(&tb, runner).await;
+    }
+}
+
+async fn same_results(tb: &Testbed, runner: &str) {
+    let resident = executor(tb, Runner::Resident).await;
+    let per_exec = executor(tb, Runner::PerExec).await;
     let dir = tb.scratch_dir().join("a dir with 'quotes' and\nnewline");
     std::fs::create_dir_all(&dir).unwrap();
     let cases: Vec<(&str, ExecOptions)> = vec![
@@ -110,9 +115,9 @@ async fn commands_give_the_same_results_through_the_runner_and_per_exec() {
             ExitStatus::TimedOut { .. } => "timed out".to_owned(),
             other => format!("{other:?}"),
         };
-        assert_eq!(status(&a), status(&b), "{command}");
-        assert_eq!(a.stdout(), b.stdout(), "{command}");
-        assert_eq!(a.stderr(), b.stderr(), "{command}");
+        assert_eq!(status(&a), status(&b), "{runner}: {command}");
+        assert_eq!(a.stdout(), b.stdout(), "{runner}: {command}");
+        assert_eq!(a.stderr(), b.stderr(), "{runner}: {command}");
     }
     let stats = resident.pool_stats();
     // All but the directory with a newline, which the direct form (and so the runner)
@@ -120,7 +125,7 @@ async fn commands_give_the_same_results_through_the_runner_and_per_exec() {
     assert_eq!(stats.runner_commands, 12, "{stats:?}");
     assert_eq!(per_exec.pool_stats().runner_commands, 0);
     assert!(
-        stats.runner.as_deref().unwrap_or("").starts_with("perl "),
+        stats.runner.as_deref().unwrap_or("").starts_with(runner),
         "{stats:?}"
     );
 }
@@ -160,8 +165,13 @@ async fn output_written_after_the_leader_exits_is_kept_and_redirected_children_s
 
 #[tokio::test]
 async fn timeouts_and_dropped_futures_kill_the_whole_group_through_the_runner() {
-    let tb = testbed();
-    let ex = executor(&tb, Runner::Resident).await;
+    for (tb, runner) in runner_hosts() {
+        kills(&tb, runner).await;
+    }
+}
+
+async fn kills(tb: &Testbed, runner: &str) {
+    let ex = executor(tb, Runner::Resident).await;
     let t = token();
     let pattern = format!("sleep 300.{t}");
     let out = ex
@@ -200,12 +210,21 @@ async fn timeouts_and_dropped_futures_kill_the_whole_group_through_the_runner() 
     );
     let stats = ex.pool_stats();
     assert_eq!((stats.runners_started, stats.kills), (1, 2), "{stats:?}");
+    assert!(
+        stats.runner.as_deref().unwrap_or("").starts_with(runner),
+        "{stats:?}"
+    );
 }
 
 #[tokio::test]
 async fn a_runner_killed_mid_command_fails_it_as_may_have_run_and_the_next_gets_a_new_one() {
-    let tb = testbed();
-    let ex = executor(&tb, Runner::Resident).await;
+    for (tb, _) in runner_hosts() {
+        runner_death(&tb).await;
+    }
+}
+
+async fn runner_death(tb: &Testbed) {
+    let ex = executor(tb, Runner::Resident).await;
     let pid = runner_pid(&ex).await;
     let t = token();
     let pattern = format!("sleep 303.{t}");
@@ -302,15 +321,22 @@ async fn ten_thousand_commands_on_one_runner_leak_no_process_descriptor_or_memor
     assert!(stats.runner_commands >= 10_100, "{stats:?}");
 }
 
-/// A host whose account has no `perl` on its `PATH` (a BusyBox-only `PATH` here).
-fn host_without_perl() -> Testbed {
+/// A host whose account has no `perl` on its `PATH`: BusyBox's tools only (a BusyBox
+/// system), plus `python3` with `with_python` (a minimal Fedora or RHEL image).
+fn host_without_perl(with_python: bool) -> Testbed {
     let bin = std::env::temp_dir().join(format!("swiftide-no-perl-{}", token()));
     std::fs::create_dir_all(&bin).unwrap();
     let busybox = which("busybox");
     for tool in [
         "sh", "echo", "cat", "sleep", "setsid", "kill", "tr", "id", "env", "printf", "grep",
+        "head", "pwd",
     ] {
-        let _ = std::os::unix::fs::symlink(&busybox, bin.join(tool));
+        std::os::unix::fs::symlink(&busybox, bin.join(tool)).unwrap();
+    }
+    std::os::unix::fs::symlink(which("ps"), bin.join("ps")).unwrap();
+    if with_python {
+        // Debian's own Python, not a version manager's shim that needs its own PATH.
+        std::os::unix::fs::symlink("/usr/bin/python3", bin.join("python3")).unwrap();
     }
     assert!(!bin.join("perl").exists());
     Testbed::builder()
@@ -319,17 +345,14 @@ fn host_without_perl() -> Testbed {
         .unwrap()
 }
 
-fn which(tool: &str) -> std::path::PathBuf {
-    let out = std::process::Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .unwrap();
-    std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+/// The hosts every runner test runs on: one per interpreter that can run the runner.
+fn runner_hosts() -> Vec<(Testbed, &'static str)> {
+    vec![(testbed(), "perl "), (host_without_perl(true), "python 3.")]
 }
 
 #[tokio::test]
 async fn a_host_without_perl_runs_per_exec_under_auto_and_refuses_resident() {
-    let tb = host_without_perl();
+    let tb = host_without_perl(false);
     let auto = executor(&tb, Runner::Auto).await;
     for _ in 0..3 {
         let out = auto
@@ -379,4 +402,12 @@ async fn a_host_without_perl_runs_per_exec_under_auto_and_refuses_resident() {
         }
         other => panic!("expected RunnerUnavailable, got {other:?}"),
     }
+}
+
+fn which(tool: &str) -> std::path::PathBuf {
+    let out = std::process::Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .unwrap();
+    std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
 }

@@ -583,6 +583,17 @@ impl SshExecutorBuilder {
         Ok(executor)
     }
 
+    /// [`build_lazy`](Self::build_lazy) for a member of a [`Fleet`](crate::Fleet): one
+    /// session per command unless the template chose a [`Runner`] (or `SWIFTIDE_SSH_RUNNER`
+    /// does), because a fleet usually runs one command per host, for which a resident
+    /// runner's start is one exec more, not one fewer.
+    pub(crate) fn build_fleet_member(mut self) -> Result<SshExecutor> {
+        if self.runner.is_none() && std::env::var_os("SWIFTIDE_SSH_RUNNER").is_none() {
+            self.runner = Some(Runner::PerExec);
+        }
+        self.build_lazy()
+    }
+
     /// Validates the settings without connecting; the first command connects.
     ///
     /// # Errors

@@ -15,9 +15,11 @@
 //!
 //! then the script (`runner.pl`, a few KiB, only modules of Debian's Essential `perl-base`)
 //! on stdin. It answers with a hello frame carrying a random nonce, its Perl version and its
-//! pid; whatever the login shell printed before it (rc files that talk) is skipped. No hello
-//! (no `perl` on the `PATH`: the shell says "not found" and exits 127; a login shell that
-//! exits at once) makes the connection use the per-exec path for good
+//! pid; whatever the login shell printed before it (rc files that talk) is skipped. Without
+//! `perl` (the shell says "not found" and exits 127) the same runner in Python 3
+//! (`runner.py`, `exec python3 -c '<loader>'`) is tried on a new channel. Neither answering
+//! (a BusyBox system, a login shell that exits at once) makes the connection use the
+//! per-exec path for good
 //! ([`Runner::Auto`](crate::Runner::Auto)), or fails the command with
 //! [`Error::RunnerUnavailable`] ([`Runner::Resident`](crate::Runner::Resident)). Nothing of
 //! the command has been sent then.
@@ -71,8 +73,56 @@ use crate::{
     pool::{self, ChannelCount, Counters, Session},
 };
 
-/// The runner's script. Sent on stdin at each start: nothing is left on the host.
-const SCRIPT: &str = include_str!("runner.pl");
+/// What can run the runner on a host, tried in this order on each connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Interpreter {
+    /// `runner.pl`: Perl 5 with Debian's Essential `perl-base` modules.
+    Perl,
+    /// `runner.py`: Python 3.5 or later, for hosts without `perl` (minimal Fedora, RHEL
+    /// and Amazon Linux images).
+    Python,
+}
+
+impl Interpreter {
+    const ALL: [Interpreter; 2] = [Interpreter::Perl, Interpreter::Python];
+
+    /// The runner's script, with its nonce. Sent on stdin at each start: nothing is left on
+    /// the host.
+    fn script(self, nonce: &str) -> String {
+        match self {
+            Interpreter::Perl => format!("my $nonce = '{nonce}';\n{}", include_str!("runner.pl")),
+            Interpreter::Python => format!("nonce = '{nonce}'\n{}", include_str!("runner.py")),
+        }
+    }
+
+    /// The program that starts the runner: it reads `len` bytes of script from stdin and
+    /// runs them. Login-shell neutral (no `'`, `\`, `!` or newline), so that every login
+    /// shell passes it through single quotes unchanged.
+    fn loader(self, len: usize) -> String {
+        match self {
+            Interpreter::Perl => format!(
+                "$n={len};$s=\"\";while($n>0){{$r=sysread(STDIN,$s,$n,length $s);\
+                 $r>0 or exit 125;$n-=$r}}eval $s;print STDERR $@;exit 125"
+            ),
+            // A short read at EOF leaves the script cut: it fails to compile, and says so.
+            Interpreter::Python => format!(
+                "import os;n={len};b=bytearray();\
+                 r=lambda:os.read(0,n-len(b)) if len(b)<n else b\"\";\
+                 [b.extend(c) for c in iter(r,b\"\")];exec(bytes(b))"
+            ),
+        }
+    }
+
+    /// The exec request.
+    fn request(self, len: usize) -> String {
+        let program = self.loader(len);
+        debug_assert!(crate::command::wrapper::is_neutral(&program));
+        match self {
+            Interpreter::Perl => format!("exec perl -e '{program}'"),
+            Interpreter::Python => format!("exec python3 -c '{program}'"),
+        }
+    }
+}
 
 /// Output a command's driver acknowledges at a time (the runner's window is 4 MiB).
 pub(crate) const ACK_EVERY: usize = 256 * 1024;
@@ -135,7 +185,7 @@ pub(crate) struct Resident {
     writer: tokio::sync::Mutex<russh::ChannelWriteHalf<russh::client::Msg>>,
     routes: Arc<Mutex<Routes>>,
     next_id: AtomicU32,
-    /// `perl 5.036000`.
+    /// `perl 5.036000`, `python 3.11.2`.
     pub(crate) name: String,
     /// The runner's channel counts as one of the connection's channels.
     _count: ChannelCount,
@@ -211,27 +261,32 @@ enum Start {
     Retry(Error),
 }
 
-/// The Perl program that starts the runner: it reads `len` bytes of script from stdin and
-/// evaluates them. Login-shell neutral (no `'`, `\`, `!` or newline), so that every login
-/// shell passes it through single quotes unchanged.
-fn loader(len: usize) -> String {
-    format!(
-        "$n={len};$s=\"\";while($n>0){{$r=sysread(STDIN,$s,$n,length $s);\
-         $r>0 or exit 125;$n-=$r}}eval $s;print STDERR $@;exit 125"
-    )
+/// Starts a runner on `session`: Perl, else Python; refused when neither answers.
+async fn start(session: &Arc<Session>, config: &Config, counters: &Counters) -> Start {
+    let mut reasons = Vec::new();
+    for interpreter in Interpreter::ALL {
+        match start_with(interpreter, session, config, counters).await {
+            Start::Refused(reason) => reasons.push(format!("{interpreter:?}: {reason}")),
+            started => return started,
+        }
+    }
+    Start::Refused(reasons.join("; "))
 }
 
-async fn start(session: &Arc<Session>, config: &Config, counters: &Counters) -> Start {
+async fn start_with(
+    interpreter: Interpreter,
+    session: &Arc<Session>,
+    config: &Config,
+    counters: &Counters,
+) -> Start {
     let (mut channel, count) =
         match pool::open_channel(session, config, counters, &mut || true).await {
             Ok(opened) => opened,
             Err(error) => return Start::Retry(error),
         };
     let nonce = format!("swiftide-runner-{:016x}", rand::random::<u64>());
-    let script = format!("my $nonce = '{nonce}';\n{SCRIPT}");
-    let program = loader(script.len());
-    debug_assert!(crate::command::wrapper::is_neutral(&program));
-    let request = format!("exec perl -e '{program}'");
+    let script = interpreter.script(&nonce);
+    let request = interpreter.request(script.len());
     if let Err(source) = channel.exec(true, request.into_bytes()).await {
         return Start::Retry(Error::Ssh {
             host: config.host.clone(),
@@ -316,8 +371,8 @@ async fn start(session: &Arc<Session>, config: &Config, counters: &Counters) -> 
     }))
 }
 
-/// Finds the hello frame (`H`, id 0, "NONCE perl VERSION PID") in what the runner's channel
-/// printed so far, drops everything up to its end and returns `perl VERSION`.
+/// Finds the hello frame (`H`, id 0, "NONCE INTERPRETER VERSION PID") in what the runner's
+/// channel printed so far, drops everything up to its end and returns `INTERPRETER VERSION`.
 fn find_hello(stdout: &mut BytesMut, nonce: &str) -> Option<String> {
     let at = stdout
         .windows(nonce.len())
@@ -370,7 +425,7 @@ async fn read_frames(
         match read.wait().await {
             Some(russh::ChannelMsg::Data { data }) => buffer.extend_from_slice(&data),
             Some(russh::ChannelMsg::ExtendedData { data, .. }) => {
-                // The runner's own complaints (Perl's); never a command's output.
+                // The runner's own complaints (its interpreter's); never a command's output.
                 tracing::debug!(runner_stderr = %String::from_utf8_lossy(&data), "resident runner");
             }
             Some(russh::ChannelMsg::Close) | None => break,
@@ -513,8 +568,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_loader_is_login_shell_neutral() {
-        assert!(crate::command::wrapper::is_neutral(&loader(12345)));
+    fn the_loaders_are_login_shell_neutral() {
+        for interpreter in Interpreter::ALL {
+            assert!(crate::command::wrapper::is_neutral(
+                &interpreter.loader(12345)
+            ));
+        }
     }
 
     #[test]

@@ -183,6 +183,13 @@ sub finish {
             ? 's ' . signame($status & 127) . ' ' . (($status & 128) ? 1 : 0)
             : 'c ' . ($status >> 8);
         announce($id);
+        # Stdin the command never read (it ended, or closed it): dropped, as LocalExecutor
+        # drops it.
+        for my $fd (keys %writing) {
+            next unless $writing{$fd}[0] == $id;
+            close($writing{$fd}[1]);
+            delete $writing{$fd};
+        }
         delete $req{$id};
         put('X', $id, $end);
     }
