@@ -411,7 +411,7 @@ pub enum Error {
     },
 
     /// [`Runner::Resident`](crate::Runner::Resident) was asked for and no resident runner
-    /// could start on the host (neither `perl` nor `python3` on the account's `PATH`, a login
+    /// could start on the host (neither `python3` nor `perl` on the account's `PATH`, a login
     /// shell that exits
     /// at once); nothing ran.
     #[error("no resident runner could start on {host}:{port}: {reason}")]

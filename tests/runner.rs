@@ -321,10 +321,10 @@ async fn ten_thousand_commands_on_one_runner_leak_no_process_descriptor_or_memor
     assert!(stats.runner_commands >= 10_100, "{stats:?}");
 }
 
-/// A host whose account has no `perl` on its `PATH`: BusyBox's tools only (a BusyBox
-/// system), plus `python3` with `with_python` (a minimal Fedora or RHEL image).
-fn host_without_perl(with_python: bool) -> Testbed {
-    let bin = std::env::temp_dir().join(format!("swiftide-no-perl-{}", token()));
+/// A host whose account's `PATH` has BusyBox's tools (a BusyBox system) and, of the
+/// runner's interpreters, only `interpreters` (`perl`, `python3`).
+fn host_with(interpreters: &[&str]) -> Testbed {
+    let bin = std::env::temp_dir().join(format!("swiftide-runner-path-{}", token()));
     std::fs::create_dir_all(&bin).unwrap();
     let busybox = which("busybox");
     for tool in [
@@ -334,29 +334,30 @@ fn host_without_perl(with_python: bool) -> Testbed {
         std::os::unix::fs::symlink(&busybox, bin.join(tool)).unwrap();
     }
     std::os::unix::fs::symlink(which("ps"), bin.join("ps")).unwrap();
-    if with_python {
-        // Debian's own Python, not a version manager's shim that needs its own PATH.
-        std::os::unix::fs::symlink("/usr/bin/python3", bin.join("python3")).unwrap();
+    for interpreter in interpreters {
+        // Debian's own, not a version manager's shim that needs its own PATH.
+        std::os::unix::fs::symlink(format!("/usr/bin/{interpreter}"), bin.join(interpreter))
+            .unwrap();
     }
-    assert!(!bin.join("perl").exists());
     Testbed::builder()
         .sshd_config_line(format!("SetEnv PATH={}", bin.display()))
         .start()
         .unwrap()
 }
 
-/// The hosts every runner test runs on: one per interpreter that can run the runner.
+/// The hosts every runner test runs on: one per interpreter that can run the runner (this
+/// machine's accounts have Python 3.8 or later, which comes first).
 fn runner_hosts() -> Vec<(Testbed, &'static str)> {
-    vec![(testbed(), "perl "), (host_without_perl(true), "python 3.")]
+    vec![(testbed(), "python 3."), (host_with(&["perl"]), "perl ")]
 }
 
 #[tokio::test]
-async fn a_host_without_perl_runs_per_exec_under_auto_and_refuses_resident() {
-    let tb = host_without_perl(false);
+async fn a_host_without_perl_or_python_runs_per_exec_under_auto_and_refuses_resident() {
+    let tb = host_with(&[]);
     let auto = executor(&tb, Runner::Auto).await;
     for _ in 0..3 {
         let out = auto
-            .run("echo $PATH | grep -c no-perl; exit 4")
+            .run("echo $PATH | grep -c swiftide-runner-path; exit 4")
             .await
             .unwrap();
         assert_eq!(

@@ -321,17 +321,32 @@ pub fn warm(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
         "  floor: a local Perl loop forking `sh -c true` (no SSH)  server CPU {floor_us:.0} µs/cmd"
     );
     report.row(
-        "1 server CPU per warm `true`: the floor of a runner, no SSH (a Perl loop: fork, setsid, pipes, `sh -c true`, reap)",
-        format!("runner on {:.0} µs", m.server(Variant::Run)),
-        format!("floor {floor_us:.0} µs; raw russh `true` {:.0} µs", m.server(Variant::RawTrue)),
-        format!(
-            "{} of the floor; the floor is {} raw russh",
-            ratio(m.server(Variant::Run) / floor_us),
-            ratio(floor_us / m.server(Variant::RawTrue))
-        ),
+        "1 server CPU per warm `true`: the floor of a Perl runner, no SSH (a Perl loop: fork, setsid, pipes, `sh -c true`, reap)",
+        format!("{floor_us:.0} µs"),
+        format!("raw russh `true` {:.0} µs", m.server(Variant::RawTrue)),
+        ratio(floor_us / m.server(Variant::RawTrue)),
         "(diagnostic)",
         None,
     );
+    // The Perl runner, on a host whose `PATH` has `perl` and no `python3` (a second sshd:
+    // the same machine, `SetEnv PATH`).
+    match runner_on_perl_host(ctx.size(300, 100)) {
+        Ok((runner, server_us, samples)) => {
+            println!(
+                "  ours run(\"true\"), {runner} runner       {}; server CPU {server_us:.0} µs/cmd",
+                samples.describe()
+            );
+            report.row(
+                format!("1 server CPU per warm `true`, runner on a host without Python ({runner}) vs raw russh `exec true`"),
+                format!("{server_us:.0} µs; latency {}", samples.short()),
+                format!("raw russh `true` {:.0} µs", m.server(Variant::RawTrue)),
+                ratio(server_us / m.server(Variant::RawTrue)),
+                "(diagnostic: the Perl runner; its fork floor is the row above)",
+                None,
+            );
+        }
+        Err(error) => println!("  the Perl runner's host failed: {error:#}"),
+    }
     // The resident runner's targets (issue: past sshd's per-exec floor), runner on and off.
     let runner_name = m.runner.clone().unwrap_or_else(|| "none".to_owned());
     let per_exec = m.get(Variant::RunPerExec);
@@ -662,4 +677,47 @@ fn runner_floor_us(n: usize) -> anyhow::Result<f64> {
     ensure!(status.success(), "the floor's Perl loop failed: {status}");
     let cpu = (tree_cpu_secs() - tree0) - (self_cpu_secs() - self0);
     Ok(cpu / n as f64 * 1e6)
+}
+
+/// The Perl runner: `n` warm `true`s on a testbed whose `PATH` has `sh` and `perl` and no
+/// `python3`. Returns the runner's name, server CPU per command (µs) and the latencies.
+fn runner_on_perl_host(n: usize) -> anyhow::Result<(String, f64, Samples)> {
+    let bin = tempfile::Builder::new().prefix("swb-perl").tempdir()?;
+    for (tool, target) in [
+        ("sh", "/bin/sh"),
+        ("perl", "/usr/bin/perl"),
+        ("true", "/bin/true"),
+    ] {
+        std::os::unix::fs::symlink(target, bin.path().join(tool))?;
+    }
+    let tb = swiftide_ssh_testbed::Testbed::builder()
+        .sshd_config_line(format!("SetEnv PATH={}", bin.path().display()))
+        .start()?;
+    let conn = Ctx::conn_for(&tb);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let executor = conn.builder().runner(Runner::Resident).build().await?;
+        for _ in 0..20 {
+            executor.run("true").await?;
+        }
+        let (tree0, self0) = (tree_cpu_secs(), self_cpu_secs());
+        let mut times = Vec::with_capacity(n);
+        for _ in 0..n {
+            let t = Instant::now();
+            ensure!(
+                executor.run("true").await?.status.success(),
+                "perl runner: true failed"
+            );
+            times.push(t.elapsed());
+        }
+        let cpu = (tree_cpu_secs() - tree0) - (self_cpu_secs() - self0);
+        let runner = executor
+            .pool_stats()
+            .runner
+            .unwrap_or_else(|| "none".to_owned());
+        executor.close().await;
+        Ok((runner, cpu / n as f64 * 1e6, Samples::new(times)))
+    })
 }

@@ -711,18 +711,8 @@ async fn drive_once(
         (direct.is_some() || prestarted || escalation.is_some()).then(HeldOutput::default);
 
     loop {
-        let give_up = async {
-            match give_up_at {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
-        let become_timer = async {
-            match become_deadline {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
+        let give_up = limit::until(give_up_at);
+        let become_timer = limit::until(become_deadline);
         tokio::select! {
             biased;
             // The escalation did not hand over in time: nothing ran.
@@ -1054,12 +1044,7 @@ async fn drive_on_runner(
     let mut give_up_at: Option<Instant> = None;
     let mut taken = 0usize;
     loop {
-        let give_up = async {
-            match give_up_at {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
+        let give_up = limit::until(give_up_at);
         tokio::select! {
             biased;
             _ = &mut *kill, if !kill_sent => {

@@ -72,6 +72,14 @@ pub(crate) async fn within<F: std::future::Future>(
     }
 }
 
+/// Sleeps until `deadline`; never returns without one (a `select!` arm that is off).
+pub(crate) async fn until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// The sum of durations, saturating at `Duration::MAX` instead of panicking.
 pub(crate) fn sum(parts: &[Duration]) -> Duration {
     parts

@@ -10,16 +10,18 @@
 //! form's bootstrap (see `command::wrapper`):
 //!
 //! ```text
-//! exec perl -e '<loader: read N bytes from stdin, eval them>'
+//! exec python3 -c '<loader: read N bytes from stdin, exec them>'
 //! ```
 //!
-//! then the script (`runner.pl`, a few KiB, only modules of Debian's Essential `perl-base`)
-//! on stdin. It answers with a hello frame carrying a random nonce, its Perl version and its
-//! pid; whatever the login shell printed before it (rc files that talk) is skipped. Without
-//! `perl` (the shell says "not found" and exits 127) the same runner in Python 3
-//! (`runner.py`, `exec python3 -c '<loader>'`) is tried on a new channel. Neither answering
-//! (a BusyBox system, a login shell that exits at once) makes the connection use the
-//! per-exec path for good
+//! then the script (`runner.py`, a few KiB, standard library only) on stdin. It answers with
+//! a hello frame carrying a random nonce, its interpreter's version and its pid; whatever the
+//! login shell printed before it (rc files that talk) is skipped. Python 3.8 and later start
+//! commands with `posix_spawn` (vfork: about 60 % of the server CPU of a fork). Without such
+//! a Python (the shell says "not found" and exits 127, or the script exits 127 on an older
+//! Python) the same runner in Perl (`runner.pl`, only modules of Debian's Essential
+//! `perl-base`, `exec perl -e '<loader>'`) is tried on a new channel, then the Python one with
+//! `fork` (see [`Interpreter`]). None answering (a BusyBox system, a login shell that exits at
+//! once) makes the connection use the per-exec path for good
 //! ([`Runner::Auto`](crate::Runner::Auto)), or fails the command with
 //! [`Error::RunnerUnavailable`] ([`Runner::Resident`](crate::Runner::Resident)). Nothing of
 //! the command has been sent then.
@@ -28,7 +30,7 @@
 //!
 //! A request frame carries the `sh -c` text of the direct form (`cd`, environment, the
 //! command: [`direct_text`](crate::command::direct_text)), so a command gets exactly what the
-//! direct form gives it. The runner forks; the child calls `setsid` (its own session and
+//! direct form gives it. The runner spawns (or forks) a child that calls `setsid` (its own session and
 //! process group, whose id is its pid, as sshd's `setsid` gives the per-exec command), takes
 //! `/dev/null` as stdin and two fresh pipes as stdout and stderr, restores `SIGPIPE` and
 //! `exec`s `sh -c TEXT` from the `PATH` the login shell left, in the home directory sshd
@@ -76,22 +78,36 @@ use crate::{
 /// What can run the runner on a host, tried in this order on each connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Interpreter {
-    /// `runner.pl`: Perl 5 with Debian's Essential `perl-base` modules.
+    /// `runner.py` on Python 3.8 or later, which starts commands with `posix_spawn` (vfork
+    /// and exec): the cheapest start of the three, about 60 % of Perl's server CPU per
+    /// command (BENCHMARKS.md, round 17). It exits at once on an older Python.
+    PythonSpawn,
+    /// `runner.pl`: Perl 5 with Debian's Essential `perl-base` modules; `fork` and `exec`.
     Perl,
-    /// `runner.py`: Python 3.5 or later, for hosts without `perl` (minimal Fedora, RHEL
-    /// and Amazon Linux images).
-    Python,
+    /// `runner.py` on any Python 3.5 or later, with `fork` and `exec`: for hosts with an old
+    /// Python and no Perl.
+    PythonFork,
 }
 
 impl Interpreter {
-    const ALL: [Interpreter; 2] = [Interpreter::Perl, Interpreter::Python];
+    const ALL: [Interpreter; 3] = [
+        Interpreter::PythonSpawn,
+        Interpreter::Perl,
+        Interpreter::PythonFork,
+    ];
 
     /// The runner's script, with its nonce. Sent on stdin at each start: nothing is left on
     /// the host.
     fn script(self, nonce: &str) -> String {
+        let python = include_str!("runner.py");
         match self {
+            Interpreter::PythonSpawn => {
+                format!("nonce = '{nonce}'\nrequire_spawn = True\n{python}")
+            }
             Interpreter::Perl => format!("my $nonce = '{nonce}';\n{}", include_str!("runner.pl")),
-            Interpreter::Python => format!("nonce = '{nonce}'\n{}", include_str!("runner.py")),
+            Interpreter::PythonFork => {
+                format!("nonce = '{nonce}'\nrequire_spawn = False\n{python}")
+            }
         }
     }
 
@@ -105,7 +121,7 @@ impl Interpreter {
                  $r>0 or exit 125;$n-=$r}}eval $s;print STDERR $@;exit 125"
             ),
             // A short read at EOF leaves the script cut: it fails to compile, and says so.
-            Interpreter::Python => format!(
+            Interpreter::PythonSpawn | Interpreter::PythonFork => format!(
                 "import os;n={len};b=bytearray();\
                  r=lambda:os.read(0,n-len(b)) if len(b)<n else b\"\";\
                  [b.extend(c) for c in iter(r,b\"\")];exec(bytes(b))"
@@ -119,7 +135,9 @@ impl Interpreter {
         debug_assert!(crate::command::wrapper::is_neutral(&program));
         match self {
             Interpreter::Perl => format!("exec perl -e '{program}'"),
-            Interpreter::Python => format!("exec python3 -c '{program}'"),
+            Interpreter::PythonSpawn | Interpreter::PythonFork => {
+                format!("exec python3 -c '{program}'")
+            }
         }
     }
 }
@@ -261,7 +279,8 @@ enum Start {
     Retry(Error),
 }
 
-/// Starts a runner on `session`: Perl, else Python; refused when neither answers.
+/// Starts a runner on `session`: Python with `posix_spawn`, else Perl, else any Python;
+/// refused when none answers.
 async fn start(session: &Arc<Session>, config: &Config, counters: &Counters) -> Start {
     let mut reasons = Vec::new();
     for interpreter in Interpreter::ALL {
