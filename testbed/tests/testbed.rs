@@ -210,6 +210,20 @@ fn unauthorized_key_is_refused() {
     );
 }
 
+/// Waits until process `pid`'s environment names `testbed`. `$!` is printed right after
+/// the fork: the child may still be inside execve, when /proc/PID/environ reads empty, so
+/// one read is not enough.
+fn wait_for_testbed_environment(testbed: &Testbed, pid: u32) {
+    let entry = format!("{TESTBED_ID_ENV_VAR}={}", testbed.id());
+    wait_until("the command's environment to name the testbed", || {
+        fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
+            environ
+                .split(|&b| b == 0)
+                .any(|var| var == entry.as_bytes())
+        })
+    });
+}
+
 fn alive(pid: u32) -> bool {
     fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| !stat.contains(") Z "))
 }
@@ -223,13 +237,7 @@ fn drop_kills_commands_left_running_in_the_background() {
     assert_ok(&output);
     let pid: u32 = stdout(&output).trim().parse().unwrap();
     assert!(alive(pid));
-    let environ = fs::read(format!("/proc/{pid}/environ")).unwrap();
-    let entry = format!("{TESTBED_ID_ENV_VAR}={}", testbed.id());
-    assert!(
-        environ
-            .split(|&b| b == 0)
-            .any(|var| var == entry.as_bytes())
-    );
+    wait_for_testbed_environment(&testbed, pid);
     // The session is over: the command is no longer below the listener.
     wait_until("the session to end", || {
         testbed.connection_pids().is_empty()
@@ -1253,13 +1261,7 @@ fn dropping_a_dropbear_testbed_kills_background_commands() {
     assert_ok(&output);
     let pid: u32 = stdout(&output).trim().parse().unwrap();
     assert!(alive(pid));
-    let environ = fs::read(format!("/proc/{pid}/environ")).unwrap();
-    let entry = format!("{TESTBED_ID_ENV_VAR}={}", testbed.id());
-    assert!(
-        environ
-            .split(|&b| b == 0)
-            .any(|var| var == entry.as_bytes())
-    );
+    wait_for_testbed_environment(&testbed, pid);
     wait_until("the session to end", || {
         testbed.connection_pids().is_empty()
     });
