@@ -37,7 +37,10 @@ pub use spec::{DEFAULT_SPOOL_CAP, JobOptions};
 use state::{DropRecord, ExitRecord, HostTime, PidRecord, boot_time, proc_start_time, trimmed};
 
 use crate::{
-    command::{ExitStatus, OutputChunk},
+    command::{
+        ExitStatus, OutputChunk,
+        resident::{JobMirror, RunnerJob, RunnerJobStart, start_job},
+    },
     config::EnvPlan,
     error::{Error, Result, SftpStatus},
     executor::SshExecutor,
@@ -226,6 +229,9 @@ pub struct Job {
     /// The `pid` record once read, shared by clones: its runner's `/proc` entry is what a
     /// quick status polls.
     known: Arc<Mutex<Option<PidRecord>>>,
+    /// The output as the runner's supervisor spooled it, for a job this handle started
+    /// through a resident runner (see `command::resident::job`); shared by clones.
+    mirror: Option<Arc<JobMirror>>,
 }
 
 impl SshExecutor {
@@ -315,6 +321,43 @@ impl SshExecutor {
         }
     }
 
+    /// Starts a job through the connection's resident runner (see
+    /// `command::resident::job`), for a login's job (not escalated) without stdin whose
+    /// command takes the direct form (the caller checks), on a host whose runner is Python. `None`: nothing was
+    /// started there, and the shell start decides (also where the id exists already).
+    async fn start_on_runner(&self, spec: &Spec, launch: &script::Launch) -> Option<Job> {
+        let text = launch.direct()?;
+        let encoded = spec.encode();
+        let params = script::params(spec, launch);
+        let request = RunnerJob {
+            id: &spec.id,
+            spec: encoded.as_bytes(),
+            params: &params,
+            text,
+            spool_cap: spec.spool_cap,
+            deadline: spec.deadline,
+            kill_grace: spec.kill_grace,
+        };
+        let host = &self.inner.config.host;
+        match start_job(&self.inner, &request).await {
+            RunnerJobStart::Started { base, mirror } if base.starts_with(b"/") => {
+                let base = PathBuf::from(
+                    <std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(base),
+                );
+                self.remember_jobs_dir(&base);
+                self.prune_in_background();
+                let mut job = Job::new(self, base.join(&spec.id), spec.id.clone());
+                job.mirror = Some(mirror);
+                Some(job)
+            }
+            RunnerJobStart::Started { .. } => None,
+            RunnerJobStart::Fallback(why) => {
+                tracing::trace!(%host, id = %spec.id, %why, "job not started by a runner");
+                None
+            }
+        }
+    }
+
     /// Runs a start script in a task of its own, so that a dropped
     /// [`spawn_job`](Self::spawn_job) neither kills the start's process group (where the
     /// runner, a fork of the start script, lives) nor leaves the start half done.
@@ -372,12 +415,25 @@ impl SshExecutor {
         let config = &self.inner.config;
         let env = job_env(&config.env, &spec);
         let launch = script::launch(&spec, dir.as_deref(), &env, config)?;
+        // Through the connection's runner where it can: no shell start at all.
+        let on_runner = launch.direct().is_some() && !spec.stdin && self.exchange().is_none();
+        if on_runner {
+            let (_, started) = tokio::join!(
+                Box::pin(self.premake_job_dir(&id)),
+                Box::pin(self.start_on_runner(&spec, &launch))
+            );
+            if let Some(job) = started {
+                return Ok(job);
+            }
+        }
         // The short form first; the full one when the host has no copy of the library.
         let mut form = StartForm::Short;
         let mut attempt = 1;
+        // The directory was made beside the runner's start, if it could be.
+        let premade = on_runner;
         let (status, out) = loop {
             let start = script::start(&spec, &launch, form);
-            let started = if attempt == 1 && form == StartForm::Short {
+            let started = if attempt == 1 && form == StartForm::Short && !premade {
                 // Boxed: its five SFTP requests make a large future, too large for the
                 // stack of a caller that awaits `spawn_job` in place (debug builds).
                 tokio::join!(
@@ -605,6 +661,7 @@ impl Job {
             id,
             dir,
             known: Arc::new(Mutex::new(None)),
+            mirror: None,
         }
     }
 
@@ -862,6 +919,10 @@ impl Job {
     /// # Cancel safety
     /// Only reads; dropping the future leaves nothing behind.
     pub async fn read(&self, stream: JobStream, offset: u64, max: u64) -> Result<JobOutput> {
+        // Output this handle's start mirrored: one `stat`, no transfer.
+        if let Some(output) = self.mirror_read(stream, offset, max).await? {
+            return Ok(output);
+        }
         // Over SFTP: one round trip on kept handles.
         if let Some(output) = self.quick_read(stream, offset, max).await? {
             return Ok(output);

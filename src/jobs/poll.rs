@@ -288,6 +288,67 @@ impl Job {
         Ok(Some(Self::output(offset, max, bytes, ended)))
     }
 
+    /// A read of output this handle's start mirrored (see `command::resident::job`): the
+    /// bytes from memory, checked with one `stat` of the spool file by path, which must hold
+    /// at least what was mirrored (all of it, with the same modification time as first seen,
+    /// once the job ended): else the job was removed, or removed and started again, and the
+    /// mirror is dropped. `None`: read the files.
+    pub(super) async fn mirror_read(
+        &self,
+        stream: JobStream,
+        offset: u64,
+        max: u64,
+    ) -> Result<Option<JobOutput>> {
+        let Some(mirror) = &self.mirror else {
+            return Ok(None);
+        };
+        let index = usize::from(stream == JobStream::Stderr);
+        let Some(read) = mirror.read(index, offset, max) else {
+            return Ok(None);
+        };
+        let file = self.dir.join(stream.name());
+        let Ok(path) = sftp_path(&file) else {
+            return Ok(None);
+        };
+        let executor = &self.executor;
+        let attrs = executor
+            .with_sftp(Retry::Idempotent, |channel| async move {
+                channel
+                    .stat(path)
+                    .await
+                    .map_err(|e| executor.sftp_error("stat", path, e))
+            })
+            .await;
+        let attrs = match attrs {
+            Ok(attrs) => attrs,
+            Err(Error::Sftp {
+                status: Some(SftpStatus::NoSuchFile),
+                ..
+            }) => return Err(self.not_found()),
+            Err(Error::SftpUnavailable { .. }) => return Ok(None),
+            Err(error) => return Err(error),
+        };
+        let record = read.end.as_deref().map(|end| {
+            end.split(|&byte| byte == b'\n')
+                .nth(1 + index)
+                .and_then(DropRecord::parse)
+        });
+        let same = match record {
+            Some(Some(_)) => attrs.size == Some(read.held) && mirror.same_file(index, attrs.mtime),
+            Some(None) => false,
+            None => attrs.size.is_some_and(|size| size >= read.held),
+        };
+        if !same {
+            mirror.invalidate();
+            return Ok(None);
+        }
+        let ended = match record.flatten() {
+            Some(record) => Some(self.drop_of(stream, record).await?),
+            None => None,
+        };
+        Ok(Some(Self::output(offset, max, read.bytes.to_vec(), ended)))
+    }
+
     /// A read's answer: `bytes` from `offset`, at the end when the stream `ended` (its drop)
     /// and the read came back short.
     pub(super) fn output(

@@ -285,6 +285,13 @@ pub(crate) struct Launch {
     file: Vec<u8>,
 }
 
+impl Launch {
+    /// The command's `sh -c` text, when it takes the direct form.
+    pub(crate) fn direct(&self) -> Option<&[u8]> {
+        self.direct.as_deref()
+    }
+}
+
 /// The [`Launch`] of `spec`.
 pub(crate) fn launch(
     spec: &Spec,
@@ -460,20 +467,7 @@ pub(crate) fn start(spec: &Spec, launch: &Launch, form: StartForm) -> Vec<u8> {
     script.extend_from_slice(format!("d=\"$b/{}\"\n", spec.id).as_bytes());
     assign(&mut script, "sp", spec.encode().as_bytes());
     assign(&mut script, "lf", &launch.file);
-    let mut params = format!(
-        "nl='\n'\ncap={}\ndl={}\ngrace={}\nsin={}\n",
-        spec.spool_cap,
-        spec.deadline.map(seconds).unwrap_or_default(),
-        seconds(spec.kill_grace),
-        if spec.stdin { "1" } else { "" },
-    )
-    .into_bytes();
-    assign(
-        &mut params,
-        "la",
-        launch.direct.as_deref().unwrap_or_default(),
-    );
-    assign(&mut script, "pa", &params);
+    assign(&mut script, "pa", &params(spec, launch));
     script.extend_from_slice(format!("L={}\n", *LIBRARY_PATH).as_bytes());
     match form {
         StartForm::Short => script.extend_from_slice(
@@ -499,6 +493,25 @@ eval "$li"
         }
     }
     script
+}
+
+/// The `params` file's text: the runner's numbers and the direct form's text (see the module
+/// docs).
+pub(crate) fn params(spec: &Spec, launch: &Launch) -> Vec<u8> {
+    let mut params = format!(
+        "nl='\n'\ncap={}\ndl={}\ngrace={}\nsin={}\n",
+        spec.spool_cap,
+        spec.deadline.map(seconds).unwrap_or_default(),
+        seconds(spec.kill_grace),
+        if spec.stdin { "1" } else { "" },
+    )
+    .into_bytes();
+    assign(
+        &mut params,
+        "la",
+        launch.direct.as_deref().unwrap_or_default(),
+    );
+    params
 }
 
 /// Prints the base directory (for reattaching from a new client).

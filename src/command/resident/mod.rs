@@ -68,6 +68,10 @@ use std::{
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::sync::mpsc;
 
+mod job;
+
+pub(crate) use job::{JobMirror, RunnerJob, RunnerJobStart, start_job};
+
 use crate::{
     command::output::{ExitStatus, OutputChunk},
     config::{Config, Runner, limit},
@@ -524,15 +528,6 @@ impl Resident {
         request: &RunnerRequest,
         config: &Config,
     ) -> std::result::Result<(u32, mpsc::UnboundedReceiver<Frame>), ()> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (sender, receiver) = mpsc::unbounded_channel();
-        {
-            let mut routes = self.routes.lock().map_err(|_| ())?;
-            if routes.closed {
-                return Err(());
-            }
-            routes.requests.insert(id, sender);
-        }
         // The runner's flags: 1 kill on disconnect, 2 stdin from the request, 4 `/bin/sh`.
         let flags = u8::from(config.kill_on_disconnect)
             | if request.stdin.is_some() { 2 } else { 0 }
@@ -546,7 +541,25 @@ impl Resident {
         data.extend_from_slice(&text_len.to_be_bytes());
         data.extend_from_slice(&request.text);
         data.extend_from_slice(stdin);
-        if self.send(frame(b'R', id, &data)).await.is_err() {
+        self.send_routed(b'R', &data).await
+    }
+
+    /// Sends a request of `kind` with `data`, routed like [`submit`](Self::submit)'s.
+    async fn send_routed(
+        &self,
+        kind: u8,
+        data: &[u8],
+    ) -> std::result::Result<(u32, mpsc::UnboundedReceiver<Frame>), ()> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (sender, receiver) = mpsc::unbounded_channel();
+        {
+            let mut routes = self.routes.lock().map_err(|_| ())?;
+            if routes.closed {
+                return Err(());
+            }
+            routes.requests.insert(id, sender);
+        }
+        if self.send(frame(kind, id, data)).await.is_err() {
             self.forget(id);
             return Err(());
         }

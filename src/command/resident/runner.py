@@ -1,6 +1,7 @@
 # The resident runner of swiftide-ssh-executor in Python 3: the same protocol and behaviour
 # as runner.pl (see it, and src/command/resident/mod.rs). Standard library only; Python 3.5
 # or later. Commands start with posix_spawn (vfork) on Python 3.8 and later, else with fork.
+# Only this runner starts jobs (`J`, see `supervise`); the client sends none to runner.pl.
 # The client prepends `nonce` and `require_spawn`.
 import errno
 import os
@@ -21,7 +22,7 @@ if require_spawn and not SPAWN:
     sys.exit(127)
 WINDOW = 4 * 1024 * 1024
 out = bytearray()
-req = {}       # id -> dict(pid, open, unacked, kod, grace, status, term_at, killed, stdin, announce_at)
+req = {}       # id -> dict(pid, open, unacked, kod, grace, status, term_at, killed, stdin, announce_at, job)
 by_pid = {}    # leader pid -> id
 reading = {}   # fd -> (id, b"O" or b"E")
 writing = {}   # fd -> id
@@ -76,45 +77,33 @@ def now():
     return time.monotonic()
 
 
-def start(rid, data):
-    flags, grace, length = struct.unpack(">BII", data[:9])
-    text = bytes(data[9:9 + length])
-    stdin = bytes(data[9 + length:])
-    shell = "/bin/sh" if flags & 4 else "sh"
-    pid = None
-    try:
-        o_r, o_w = os.pipe()
-        e_r, e_w = os.pipe()
-        i_r, i_w = os.pipe() if flags & 2 else (None, None)
-        if SPAWN:
-            # vfork and exec: no copy of this process's page tables, about half the CPU of
-            # fork. A failed exec (no `sh`) raises here; the fork below then reports it as
-            # the shell would, on the command's stderr with status 127.
-            try:
-                pid = os.posix_spawnp(
-                    shell, [b"sh", b"-c", text], os.environ,
-                    file_actions=[
-                        (os.POSIX_SPAWN_DUP2, i_r if flags & 2 else null, 0),
-                        (os.POSIX_SPAWN_DUP2, o_w, 1),
-                        (os.POSIX_SPAWN_DUP2, e_w, 2),
-                    ],
-                    setsid=True, setsigdef=DEFAULTS)
-            except OSError:
-                pid = None
-        if pid is None:
-            pid = os.fork()
-    except OSError as error:
-        put(b"E", rid, ("swiftide-ssh runner: cannot start the command: %s\n" % error).encode())
-        put(b"X", rid, b"c 126")
-        return
+def spawn(shell, text, fd0, fd1, fd2):
+    """Starts `shell -c text` in a session of its own with these descriptors as 0, 1 and 2;
+    its pid. Raises OSError when no process could be made."""
+    if SPAWN:
+        # vfork and exec: no copy of this process's page tables, about half the CPU of
+        # fork. A failed exec (no `sh`) raises here; the fork below then reports it as
+        # the shell would, on the command's stderr with status 127.
+        try:
+            return os.posix_spawnp(
+                shell, [b"sh", b"-c", text], os.environ,
+                file_actions=[
+                    (os.POSIX_SPAWN_DUP2, fd0, 0),
+                    (os.POSIX_SPAWN_DUP2, fd1, 1),
+                    (os.POSIX_SPAWN_DUP2, fd2, 2),
+                ],
+                setsid=True, setsigdef=DEFAULTS)
+        except OSError:
+            pass
+    pid = os.fork()
     if pid == 0:
         try:
             os.setsid()
             for name in RESTORED:
                 signal.signal(getattr(signal, name), signal.SIG_DFL)
-            os.dup2(i_r if flags & 2 else null, 0)
-            os.dup2(o_w, 1)
-            os.dup2(e_w, 2)
+            os.dup2(fd0, 0)
+            os.dup2(fd1, 1)
+            os.dup2(fd2, 2)
             os.execvp(shell, [b"sh", b"-c", text])
         except BaseException as error:
             try:
@@ -123,22 +112,66 @@ def start(rid, data):
                 pass
         finally:
             os._exit(127)
+    return pid
+
+
+def start(rid, data):
+    flags, grace, length = struct.unpack(">BII", data[:9])
+    text = bytes(data[9:9 + length])
+    stdin = bytes(data[9 + length:])
+    shell = "/bin/sh" if flags & 4 else "sh"
+    try:
+        o_r, o_w = os.pipe()
+        e_r, e_w = os.pipe()
+        i_r, i_w = os.pipe() if flags & 2 else (None, None)
+        pid = spawn(shell, text, i_r if flags & 2 else null, o_w, e_w)
+    except OSError as error:
+        put(b"E", rid, ("swiftide-ssh runner: cannot start the command: %s\n" % error).encode())
+        put(b"X", rid, b"c 126")
+        return
     os.close(o_w)
     os.close(e_w)
-    r = dict(pid=pid, open=2, unacked=0, kod=flags & 1, grace=grace / 1000.0, status=None,
-             term_at=None, killed=False, stdin=None, announce_at=now() + 0.002)
-    req[rid] = r
-    by_pid[pid] = rid
-    reading[o_r] = (rid, b"O")
-    reading[e_r] = (rid, b"E")
+    track(rid, pid, flags & 1, grace / 1000.0, now() + 0.002, [(o_r, b"O"), (e_r, b"E")])
     if flags & 2:
         os.close(i_r)
         if stdin:
             os.set_blocking(i_w, False)
-            r["stdin"] = stdin
+            req[rid]["stdin"] = stdin
             writing[i_w] = rid
         else:
             os.close(i_w)
+
+
+def track(rid, pid, kod, grace, announce_at, pipes, job=False):
+    req[rid] = dict(pid=pid, open=len(pipes), unacked=0, kod=kod, grace=grace, status=None,
+                    term_at=None, killed=False, stdin=None, announce_at=announce_at, job=job)
+    by_pid[pid] = rid
+    for fd, kind in pipes:
+        reading[fd] = (rid, kind)
+
+
+def start_job(rid, data):
+    # A job (see src/command/resident/job.rs): a supervisor, forked and detached, starts and
+    # spools it; what it says (its answer, the spooled output, the end) comes back on a pipe
+    # as this request's stdout. Never killed from here: it outlives the connection.
+    try:
+        m_r, m_w = os.pipe()
+        pid = os.fork()
+    except OSError as error:
+        put(b"O", rid, record(b"a", ("fallback cannot fork: %s" % error).encode()))
+        put(b"X", rid, b"c 0")
+        return
+    if pid == 0:
+        # Forked twice: the supervisor is no descendant of this runner, or of sshd's
+        # session, so nothing that ends those (a restart that kills the session's tree)
+        # ends the job. This first child exits at once, and the runner reaps it.
+        try:
+            if os.fork() == 0:
+                supervise(m_w, data)
+        finally:
+            os._exit(0)
+    os.close(m_w)
+    track(rid, pid, 0, 0.0, None, [(m_r, b"O")], job=True)
 
 
 def announce(rid):
@@ -150,7 +183,8 @@ def announce(rid):
 
 def stop(rid):
     r = req.get(rid)
-    if r is None or r["term_at"] is not None:
+    # A job's supervisor is never killed from here: the job outlives the connection.
+    if r is None or r["term_at"] is not None or r["job"]:
         return
     if r["grace"] == 0 or r["status"] is not None:
         if r["grace"]:
@@ -195,8 +229,11 @@ def end_of(status):
 def finish():
     for rid in list(req):
         r = req[rid]
-        if r["open"] > 0 or r["status"] is None:
+        # A job's request ends with its supervisor's pipe: the supervisor lives on with the
+        # job, and is reaped unannounced.
+        if r["open"] > 0 or (r["status"] is None and not r["job"]):
             continue
+        by_pid.pop(r["pid"], None)
         announce(rid)
         # Stdin the command never read (it ended, or closed it): dropped, as LocalExecutor
         # drops it.
@@ -204,12 +241,330 @@ def finish():
             del writing[fd]
             os.close(fd)
         del req[rid]
-        put(b"X", rid, end_of(r["status"]))
+        put(b"X", rid, end_of(r["status"]) if r["status"] is not None else b"c 0")
+
+
+def record(tag, data):
+    return struct.pack(">cI", tag, len(data)) + data
+
+
+# What a job's supervisor mirrors to the client at most: the rest is read from the spool
+# files. It bounds the client's memory and the channel's traffic per job.
+MIRROR_MAX = 4 * 1024 * 1024
+
+
+class Mirror(object):
+    """What a job's supervisor tells its client, on fd 3 (the runner forwards it): records
+    `[tag][u32 length][data]`. Non-blocking: while the runner is slower than the job, the
+    records wait here (at most MIRROR_MAX of output), never holding the spooling up."""
+
+    def __init__(self):
+        self.pending = bytearray()
+        self.open = True
+        self.accepting = True
+        self.sent = 0
+
+    def say(self, tag, payload):
+        if not self.accepting:
+            return
+        if tag in (b"o", b"e"):
+            if self.sent + len(payload) > MIRROR_MAX:
+                # The limit: the client reads the rest from the files.
+                self.pending.extend(record(b"l", b""))
+                self.accepting = False
+                self.pump()
+                return
+            self.sent += len(payload)
+        self.pending.extend(record(tag, payload))
+        self.pump()
+
+    def pump(self):
+        while self.open and self.pending:
+            try:
+                n = os.write(3, self.pending)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                # The runner is gone (its connection closed): the job goes on unmirrored.
+                self.close()
+                return
+            del self.pending[:n]
+        if self.open and not self.accepting and not self.pending:
+            self.close()
+
+    def waiting(self):
+        return self.open and bool(self.pending)
+
+    def finish(self):
+        # The last records: waits a few seconds at most for a runner that does not read.
+        self.accepting = False
+        give_up = now() + 5
+        while self.waiting() and now() < give_up:
+            try:
+                select.select([], [3], [], 0.1)
+            except InterruptedError:
+                pass
+            self.pump()
+        self.close()
+
+    def close(self):
+        if self.open:
+            self.open = False
+            self.accepting = False
+            del self.pending[:]
+            os.close(3)
+
+
+def supervise(mirror_fd, data):
+    """A job's supervisor: the forked child of the runner, in a session of its own. It lays
+    out the job's directory as the shell start does (src/jobs/script.rs), starts the command,
+    spools its output with the cap, keeps the records and the deadline, and says what it did
+    on fd 3. Any doubt before the job runs answers `fallback`: the client then runs the shell
+    start, which decides every such case as before."""
+    cap, deadline, grace = struct.unpack(">QQI", data[:20])
+    fields = []
+    at = 20
+    for _ in range(4):
+        (length,) = struct.unpack(">I", data[at:at + 4])
+        fields.append(bytes(data[at + 4:at + 4 + length]))
+        at += 4 + length
+    jid, spec, params, text = fields
+    os.setsid()
+    signal.set_wakeup_fd(-1)
+    del out[:]
+    # The runner's descriptors (its channel, other commands' pipes) are not the job's.
+    os.dup2(mirror_fd, 3, inheritable=False)
+    try:
+        fds = [int(fd) for fd in os.listdir("/proc/self/fd")]
+    except OSError:
+        fds = range(4, 65536)
+    for fd in fds:
+        if fd > 3:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    devnull = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.close(devnull)
+    os.set_blocking(3, False)
+    os.chdir("/")
+    mirror = Mirror()
+    env = os.environb
+    b = (env.get(b"XDG_STATE_HOME") or env.get(b"HOME", b"") + b"/.local/state") + b"/swiftide-ssh/jobs"
+    d = b + b"/" + jid
+
+    def fallback(why):
+        mirror.say(b"a", b"fallback " + why)
+        mirror.finish()
+
+    def write_file(name, content, flags=os.O_WRONLY | os.O_CREAT | os.O_TRUNC):
+        fd = os.open(d + b"/" + name, flags, 0o666)
+        try:
+            view = memoryview(content)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+
+    def in_place(name, content):
+        # Over the padding: no new block needed on a full disk (see src/jobs/script.rs).
+        try:
+            write_file(name, content, os.O_WRONLY | os.O_CREAT)
+        except OSError:
+            pass
+
+    if not b.startswith(b"/"):
+        return fallback(b"no absolute state directory")
+    try:
+        if not os.path.isdir(b):
+            os.makedirs(b)
+            os.chmod(b[:-len(b"/jobs")], 0o700)
+            os.chmod(b, 0o700)
+        try:
+            os.mkdir(d, 0o700)
+            os.chmod(d, 0o700)
+        except FileExistsError:
+            pass
+    except OSError as error:
+        return fallback(str(error).encode())
+    # A new job is claimed by creating `new` (O_EXCL); anything else (a retry, an id taken,
+    # a job of an earlier build) is the shell start's to decide.
+    if os.path.lexists(d + b"/spec"):
+        return fallback(b"the job exists")
+    try:
+        os.close(os.open(d + b"/new", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    except OSError:
+        return fallback(b"the job is claimed")
+    try:
+        write_file(b"launch", b"")
+        write_file(b"params", params)
+        for name in (b"pid", b"exit.tmp", b"reason", b"stdout.drop", b"stderr.drop",
+                     b"stdout.err", b"stderr.err"):
+            write_file(name, b" " * 256)
+        write_file(b"stdout", b"")
+        write_file(b"stderr", b"")
+        write_file(b"spec", spec)
+    except OSError:
+        # Unclaimed again: the shell start claims it and names the cause (a full disk).
+        try:
+            os.unlink(d + b"/new")
+        except OSError:
+            pass
+        return fallback(b"cannot write the job's files")
+    try:
+        os.close(os.open(d + b"/started", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    except OSError:
+        return fallback(b"another start runs the job")
+    try:
+        o_r, o_w = os.pipe()
+        e_r, e_w = os.pipe()
+        null_in = os.open("/dev/null", os.O_RDONLY)
+        child = spawn("sh", text, null_in, o_w, e_w)
+    except OSError as error:
+        in_place(b"failed", ("cannot start the job: %s\n" % error).encode())
+        return fallback(b"cannot start the job")
+    for fd in (o_w, e_w, null_in):
+        os.close(fd)
+
+    def start_time(pid):
+        try:
+            with open("/proc/%d/stat" % pid, "rb") as f:
+                stat = f.read()
+            return stat[stat.rindex(b")") + 2:].split()[19].decode()
+        except (OSError, ValueError, IndexError):
+            return "-"
+
+    def first_word(path):
+        try:
+            with open(path, "rb") as f:
+                return f.readline().split()[0].decode()
+        except (OSError, IndexError):
+            return ""
+
+    def clock():
+        u = first_word("/proc/uptime")
+        return "@" + u.split(".")[0] if u[:1].isdigit() else "-"
+
+    boot = first_word("/proc/sys/kernel/random/boot_id") or "-"
+    line = "%d %s %d %s %s %s\n" % (child, start_time(child), os.getpid(),
+                                     start_time(os.getpid()), boot, clock())
+    try:
+        write_file(b"pid", line.encode(), os.O_WRONLY)
+    except OSError as error:
+        # As the shell start's job: no unrecorded job runs.
+        kill(child, signal.SIGKILL)
+        in_place(b"failed", ("cannot record the job's start: %s\n" % error).encode())
+        return fallback(b"cannot record the job's start")
+    mirror.say(b"a", b"ok " + b)
+
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    streams = {}
+    for fd, name, tag in ((o_r, b"stdout", b"o"), (e_r, b"stderr", b"e")):
+        streams[fd] = dict(name=name, tag=tag, spool=os.open(d + b"/" + name, os.O_WRONLY),
+                           written=0, dropped=0, status=0)
+    drops = {}
+    status = None
+    ended_at = None
+    term_at = now() + deadline / 1000.0 if deadline else None
+    kill_at = None
+    # Until the leader is reaped and both streams have ended, as the shell runner.
+    while streams or status is None:
+        if status is None:
+            try:
+                pid, raw = os.waitpid(child, os.WNOHANG)
+            except ChildProcessError:
+                pid, raw = child, 0
+            if pid == child:
+                # As `wait` in sh reports it: 128 + the signal.
+                status = 128 + os.WTERMSIG(raw) if os.WIFSIGNALED(raw) else os.WEXITSTATUS(raw)
+                ended_at = clock()
+                in_place(b"exit.tmp", ("%d %s\n" % (status, ended_at)).encode())
+                continue
+        t = now()
+        if term_at is not None and t >= term_at:
+            # The deadline: the first reason recorded wins (a kill's), then TERM, grace, KILL.
+            term_at = None
+            try:
+                with open(d + b"/reason", "rb") as f:
+                    reason = f.read().strip()
+            except OSError:
+                reason = b""
+            if not reason:
+                in_place(b"reason", b"deadline")
+            kill(child, signal.SIGTERM)
+            kill_at = t + grace / 1000.0
+        if kill_at is not None and t >= kill_at:
+            kill_at = None
+            kill(child, signal.SIGKILL)
+        timers = [x - t for x in (term_at, kill_at) if x is not None]
+        timeout = max(0.0, min(timers)) if timers else None
+        try:
+            ready_r, ready_w, _ = select.select(
+                list(streams) + [wake_r], [3] if mirror.waiting() else [], [], timeout)
+        except InterruptedError:
+            continue
+        if ready_w:
+            mirror.pump()
+        if wake_r in ready_r:
+            try:
+                os.read(wake_r, 4096)
+            except OSError:
+                pass
+        for fd in ready_r:
+            st = streams.get(fd)
+            if st is None:
+                continue
+            try:
+                got = os.read(fd, 65536)
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError:
+                got = b""
+            if not got:
+                os.close(fd)
+                os.close(st["spool"])
+                del streams[fd]
+                drops[st["name"]] = ("%d %d %d" % (st["status"], st["dropped"], cap)).encode()
+                in_place(st["name"] + b".drop", drops[st["name"]])
+                continue
+            # Up to the cap, written at once (a running job's output is readable); past it,
+            # or after a failed write, only counted.
+            keep = got[:max(0, cap - st["written"])] if st["status"] == 0 else b""
+            view = memoryview(keep)
+            try:
+                while view:
+                    view = view[os.write(st["spool"], view):]
+            except OSError as error:
+                st["status"] = 1
+                in_place(st["name"] + b".err", ("cannot write %s: %s" % (
+                    st["name"].decode(), error.strerror)).encode())
+            wrote = len(keep) - len(view)
+            st["written"] += wrote
+            st["dropped"] += len(got) - wrote
+            if wrote:
+                mirror.say(st["tag"], keep[:wrote])
+    exit_line = ("%d %s\n" % (status, ended_at)).encode()
+    try:
+        write_file(b"exit", exit_line)
+    except OSError:
+        try:
+            os.rename(d + b"/exit.tmp", d + b"/exit")
+        except OSError:
+            pass
+    # The end as the records say it: `exit`, then both `.drop` records, a line each.
+    mirror.say(b"z", exit_line + drops[b"stdout"] + b"\n" + drops[b"stderr"] + b"\n")
+    mirror.finish()
 
 
 def request(kind, rid, data):
     if kind == b"R":
         start(rid, data)
+    elif kind == b"J":
+        start_job(rid, data)
     elif kind == b"K":
         stop(rid)
     elif kind == b"A" and rid in req:
@@ -235,7 +590,7 @@ while True:
         if r["announce_at"] is not None:
             left = max(0.0, r["announce_at"] - t)
             timeout = left if timeout is None else min(timeout, left)
-        if r["open"] == 0 and r["status"] is None:
+        if r["open"] == 0 and r["status"] is None and not r["job"]:
             timeout = 0.002 if timeout is None else min(timeout, 0.002)
     flush()
     ready_r, ready_w, _ = select.select(rlist, wlist, [], timeout)
