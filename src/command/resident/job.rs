@@ -195,6 +195,8 @@ fn next_record(buffer: &mut BytesMut) -> Option<(u8, Bytes)> {
 #[derive(Default)]
 pub(crate) struct JobMirror {
     state: Mutex<MirrorState>,
+    /// Told of every record taken.
+    changed: tokio::sync::Notify,
 }
 
 #[derive(Default)]
@@ -241,6 +243,11 @@ impl JobMirror {
     }
 
     fn take(&self, tag: u8, record: Bytes) {
+        self.take_quietly(tag, record);
+        self.changed.notify_waiters();
+    }
+
+    fn take_quietly(&self, tag: u8, record: Bytes) {
         let mut state = self.state();
         if state.closed {
             return;
@@ -281,6 +288,37 @@ impl JobMirror {
         })
     }
 
+    /// Waits up to `within` until the mirror holds `len` bytes of stream `index`, and the
+    /// end too if `end`: what the files were seen to hold is on its way. `false`: it did not
+    /// come (the mirror was closed, or is slower than that).
+    pub(crate) async fn catch_up(
+        &self,
+        index: usize,
+        len: u64,
+        end: bool,
+        within: Duration,
+    ) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let state = self.state();
+                let held = state.streams.get(index).map_or(0, Vec::len) as u64;
+                if held >= len && (!end || state.end.is_some()) {
+                    return true;
+                }
+                if state.closed {
+                    return false;
+                }
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return false;
+            }
+        }
+    }
+
     /// Whether a spool file seen by path with `mtime` is the one mirrored whole: the first
     /// time after the end, its time is kept; later, another time means another file.
     pub(crate) fn same_file(&self, index: usize, mtime: Option<u32>) -> bool {
@@ -300,10 +338,13 @@ impl JobMirror {
 
     /// Stops serving reads: the files are not the mirrored ones any more.
     pub(crate) fn invalidate(&self) {
-        let mut state = self.state();
-        state.streams = Default::default();
-        state.end = None;
-        state.closed = true;
+        {
+            let mut state = self.state();
+            state.streams = Default::default();
+            state.end = None;
+            state.closed = true;
+        }
+        self.changed.notify_waiters();
     }
 }
 
