@@ -12,13 +12,25 @@ use swiftide_ssh_executor::{Error, ExecOptions, ExitStatus, Runner, SshExecutor}
 use swiftide_ssh_testbed::Testbed;
 
 async fn executor(tb: &Testbed, runner: Runner) -> SshExecutor {
-    builder(tb)
+    host_executor(tb, runner, "").await
+}
+
+/// An executor for a host of [`runner_hosts`]: given the helper where that host's runner is
+/// the helper.
+async fn host_executor(tb: &Testbed, runner: Runner, name: &str) -> SshExecutor {
+    let mut builder = builder(tb)
         .runner(runner)
         .max_connections(1)
-        .kill_grace(Duration::from_millis(300))
-        .build()
-        .await
-        .unwrap()
+        .kill_grace(Duration::from_millis(300));
+    if name.starts_with("helper") {
+        builder = builder.runner_helper(helper_binary());
+    }
+    builder.build().await.unwrap()
+}
+
+/// This crate's `swiftide-ssh-runner`, as built for this machine.
+fn helper_binary() -> Vec<u8> {
+    std::fs::read(env!("CARGO_BIN_EXE_swiftide-ssh-runner")).unwrap()
 }
 
 /// The runner's pid: the parent of a command it runs.
@@ -54,7 +66,7 @@ async fn commands_give_the_same_results_through_the_runner_and_per_exec() {
 }
 
 async fn same_results(tb: &Testbed, runner: &str) {
-    let resident = executor(tb, Runner::Resident).await;
+    let resident = host_executor(tb, Runner::Resident, runner).await;
     let per_exec = executor(tb, Runner::PerExec).await;
     let dir = tb.scratch_dir().join("a dir with 'quotes' and\nnewline");
     std::fs::create_dir_all(&dir).unwrap();
@@ -171,7 +183,7 @@ async fn timeouts_and_dropped_futures_kill_the_whole_group_through_the_runner() 
 }
 
 async fn kills(tb: &Testbed, runner: &str) {
-    let ex = executor(tb, Runner::Resident).await;
+    let ex = host_executor(tb, Runner::Resident, runner).await;
     let t = token();
     let pattern = format!("sleep 300.{t}");
     let out = ex
@@ -218,13 +230,13 @@ async fn kills(tb: &Testbed, runner: &str) {
 
 #[tokio::test]
 async fn a_runner_killed_mid_command_fails_it_as_may_have_run_and_the_next_gets_a_new_one() {
-    for (tb, _) in runner_hosts() {
-        runner_death(&tb).await;
+    for (tb, runner) in runner_hosts() {
+        runner_death(&tb, runner).await;
     }
 }
 
-async fn runner_death(tb: &Testbed) {
-    let ex = executor(tb, Runner::Resident).await;
+async fn runner_death(tb: &Testbed, runner: &str) {
+    let ex = host_executor(tb, Runner::Resident, runner).await;
     let pid = runner_pid(&ex).await;
     let t = token();
     let pattern = format!("sleep 303.{t}");
@@ -328,8 +340,24 @@ fn host_with(interpreters: &[&str]) -> Testbed {
     std::fs::create_dir_all(&bin).unwrap();
     let busybox = which("busybox");
     for tool in [
-        "sh", "echo", "cat", "sleep", "setsid", "kill", "tr", "id", "env", "printf", "grep",
-        "head", "pwd",
+        "sh",
+        "echo",
+        "cat",
+        "sleep",
+        "setsid",
+        "kill",
+        "tr",
+        "id",
+        "env",
+        "printf",
+        "grep",
+        "head",
+        "pwd",
+        "sha256sum",
+        "mkdir",
+        "chmod",
+        "mv",
+        "rm",
     ] {
         std::os::unix::fs::symlink(&busybox, bin.join(tool)).unwrap();
     }
@@ -345,10 +373,103 @@ fn host_with(interpreters: &[&str]) -> Testbed {
         .unwrap()
 }
 
-/// The hosts every runner test runs on: one per interpreter that can run the runner (this
-/// machine's accounts have Python 3.8 or later, which comes first).
+/// The hosts every runner test runs on: one per program that can run the runner (this
+/// machine's accounts have Python 3.8 or later, which comes first), the last a BusyBox
+/// host with neither Perl nor Python, where only the helper can run it.
 fn runner_hosts() -> Vec<(Testbed, &'static str)> {
-    vec![(testbed(), "python 3."), (host_with(&["perl"]), "perl ")]
+    vec![
+        (testbed(), "python 3."),
+        (host_with(&["perl"]), "perl "),
+        (host_with(&[]), "helper "),
+    ]
+}
+
+#[tokio::test]
+async fn the_helper_is_installed_privately_and_an_altered_copy_never_runs() {
+    // A home of its own: other tests run the helper from the shared one meanwhile.
+    let home = std::env::temp_dir().join(format!("swiftide-helper-home-{}", token()));
+    std::fs::create_dir_all(&home).unwrap();
+    let tb = Testbed::builder()
+        .sshd_config_line(format!("SetEnv HOME={}", home.display()))
+        .start()
+        .unwrap();
+    let binary = helper_binary();
+    let sha256 = {
+        let out = std::process::Command::new("sha256sum")
+            .arg(env!("CARGO_BIN_EXE_swiftide-ssh-runner"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    let ex = host_executor(&tb, Runner::Resident, "helper").await;
+    let said = ex.run("printf %s \"$HOME\"").await.unwrap().stdout_lossy();
+    assert_eq!(std::path::Path::new(&said), home);
+    let dir = home.join(".cache/swiftide-ssh");
+    let copy = dir.join(format!("runner-{sha256}"));
+    let stats = ex.pool_stats();
+    assert!(
+        stats.runner.as_deref().unwrap_or("").starts_with("helper "),
+        "{stats:?}"
+    );
+    assert_eq!(std::fs::read(&copy).unwrap(), binary);
+    let mode = |path: &std::path::Path| {
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(path).unwrap().permissions())
+            & 0o777
+    };
+    assert_eq!((mode(&dir), mode(&copy)), (0o700, 0o700));
+
+    // A copy altered on the host is never run: the next start finds its checksum wrong and
+    // writes it again.
+    let marker = tb
+        .scratch_dir()
+        .join(format!("altered-helper-ran-{}", token()));
+    // Replaced, not written over: the copy is running (a write would fail, "text file busy").
+    std::fs::remove_file(&copy).unwrap();
+    std::fs::write(
+        &copy,
+        format!("#!/bin/sh\ntouch '{}'\nexit 1\n", marker.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&copy, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let again = host_executor(&tb, Runner::Resident, "helper").await;
+    let out = again.run("echo through the helper").await.unwrap();
+    assert_eq!(out.stdout_lossy(), "through the helper\n");
+    assert!(!marker.exists(), "the altered copy ran");
+    assert!(
+        again
+            .pool_stats()
+            .runner
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("helper "),
+        "{:?}",
+        again.pool_stats()
+    );
+    assert_eq!(std::fs::read(&copy).unwrap(), binary);
+
+    // A helper that cannot run on this host (not a program for it): Python runs the runner.
+    let foreign = builder(&tb)
+        .runner(Runner::Resident)
+        .runner_helper(b"\x7fELF, but not for this host".to_vec())
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(foreign.run("echo hi").await.unwrap().stdout_lossy(), "hi\n");
+    let stats = foreign.pool_stats();
+    assert!(
+        stats
+            .runner
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("python 3."),
+        "{stats:?}"
+    );
+    drop((ex, again, foreign, tb));
+    std::fs::remove_dir_all(&home).ok();
 }
 
 #[tokio::test]

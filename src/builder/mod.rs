@@ -10,7 +10,7 @@ use crate::{
     command::Supervision,
     config::{
         self, AuthMethod, Become, Config, EnvPlan, HostKeyPolicy, JumpHost, JumpTarget, Runner,
-        Secret, limit,
+        RunnerHelper, Secret, limit,
     },
     error::{Error, Result},
     executor::SshExecutor,
@@ -48,6 +48,7 @@ pub struct SshExecutorBuilder {
     escalation: Option<Become>,
     /// `None`: [`Runner::from_env`] at build time.
     runner: Option<Runner>,
+    runner_helper: Option<Arc<RunnerHelper>>,
     /// Jump hosts in order, client side first (`ssh/jump.rs`).
     pub(crate) jump_hosts: Vec<JumpHost>,
     /// The jump hosts came from an ssh_config `ProxyJump`: an explicit `jump_host`
@@ -77,6 +78,7 @@ impl fmt::Debug for SshExecutorBuilder {
             .field("file_auth", &self.file_auth)
             .field("escalation", &self.escalation)
             .field("runner", &self.runner)
+            .field("runner_helper", &self.runner_helper)
             .finish_non_exhaustive()
     }
 }
@@ -109,6 +111,7 @@ impl Default for SshExecutorBuilder {
             job_retention: Some(Duration::from_secs(7 * 24 * 3600)),
             escalation: None,
             runner: None,
+            runner_helper: None,
             jump_hosts: Vec::new(),
             jump_hosts_from_file: false,
             file_auth: Vec::new(),
@@ -443,6 +446,22 @@ impl SshExecutorBuilder {
         self
     }
 
+    /// A native runner to install on hosts and try before Python and Perl: the bytes of this
+    /// crate's `swiftide-ssh-runner` binary, built for the hosts' architecture (e.g.
+    /// `cargo build --release --bin swiftide-ssh-runner --target x86_64-unknown-linux-musl`,
+    /// a static binary). Defaults to none.
+    ///
+    /// The first connection to a host copies it over the runner's channel to
+    /// `~/.cache/swiftide-ssh/runner-<sha256>` (a private directory, mode 700, written under
+    /// umask 077 and renamed into place); every start checks the copy's SHA-256 with the
+    /// host's `sha256sum` first, and a copy that is missing, not the login's or altered is
+    /// written again before it runs. A host where it cannot run (another architecture, no
+    /// `sha256sum`, a `noexec` home) goes on to Python, Perl, then one session per command.
+    pub fn runner_helper(mut self, binary: impl Into<bytes::Bytes>) -> Self {
+        self.runner_helper = Some(Arc::new(RunnerHelper::new(binary.into())));
+        self
+    }
+
     /// Caps the output a command's result keeps: the first half and the last half of `n`
     /// bytes survive, the middle is dropped and counted in
     /// [`Execution::omitted_bytes`](crate::Execution::omitted_bytes) (through swiftide, a
@@ -565,6 +584,7 @@ impl SshExecutorBuilder {
             jump_hosts,
             escalation: self.escalation,
             runner: self.runner.unwrap_or_else(Runner::from_env),
+            runner_helper: self.runner_helper,
         };
         config.prestart_request = crate::command::prestart_request(Supervision::of(&config));
         Ok(config)

@@ -25,6 +25,7 @@ pub use host_key_policy::HostKeyPolicy;
 pub use jump_host::JumpHost;
 pub(crate) use jump_host::{Hop, JumpTarget, resolve_hops};
 pub use runner::Runner;
+pub(crate) use runner::RunnerHelper;
 pub(crate) use ssh_config::local_user;
 pub use ssh_config::{HostConfig, SshConfig, StrictHostKeyChecking};
 
@@ -65,6 +66,8 @@ pub(crate) struct Config {
     pub(crate) escalation: Option<Become>,
     /// Whether commands go through a resident runner (`command::resident`).
     pub(crate) runner: Runner,
+    /// A native runner to install and try first (`command::resident`).
+    pub(crate) runner_helper: Option<std::sync::Arc<RunnerHelper>>,
 }
 
 impl fmt::Debug for Config {
@@ -100,6 +103,7 @@ impl fmt::Debug for Config {
             .field("jump_hosts", &self.jump_hosts)
             .field("escalation", &self.escalation)
             .field("runner", &self.runner)
+            .field("runner_helper", &self.runner_helper)
             .finish()
     }
 }

@@ -49,3 +49,29 @@ impl Runner {
         }
     }
 }
+
+/// A native runner program to install on hosts (see
+/// [`SshExecutorBuilder::runner_helper`](crate::SshExecutorBuilder::runner_helper)): its
+/// bytes and their SHA-256, which is checked on the host before every start.
+pub(crate) struct RunnerHelper {
+    pub(crate) binary: bytes::Bytes,
+    /// Lowercase hex.
+    pub(crate) sha256: String,
+}
+
+impl RunnerHelper {
+    pub(crate) fn new(binary: bytes::Bytes) -> Self {
+        use sha2::Digest;
+        let sha256 = data_encoding::HEXLOWER.encode(&sha2::Sha256::digest(&binary));
+        RunnerHelper { binary, sha256 }
+    }
+}
+
+impl std::fmt::Debug for RunnerHelper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunnerHelper")
+            .field("bytes", &self.binary.len())
+            .field("sha256", &self.sha256)
+            .finish()
+    }
+}

@@ -91,6 +91,11 @@ enum Interpreter {
     /// `runner.py` on any Python 3.5 or later, with `fork` and `exec`: for hosts with an old
     /// Python and no Perl.
     PythonFork,
+    /// The crate's `swiftide-ssh-runner` binary, where the executor was given one
+    /// ([`SshExecutorBuilder::runner_helper`](crate::SshExecutorBuilder::runner_helper)):
+    /// installed in `~/.cache/swiftide-ssh/` and checked by SHA-256 before each start (see
+    /// [`helper_loader`]). Tried first.
+    Helper,
 }
 
 impl Interpreter {
@@ -101,10 +106,11 @@ impl Interpreter {
     ];
 
     /// The runner's script, with its nonce. Sent on stdin at each start: nothing is left on
-    /// the host.
+    /// the host. (The helper is sent only when its copy on the host is missing or altered.)
     fn script(self, nonce: &str) -> String {
         let python = include_str!("runner.py");
         match self {
+            Interpreter::Helper => String::new(),
             Interpreter::PythonSpawn => {
                 format!("nonce = '{nonce}'\nrequire_spawn = True\n{python}")
             }
@@ -120,6 +126,7 @@ impl Interpreter {
     /// shell passes it through single quotes unchanged.
     fn loader(self, len: usize) -> String {
         match self {
+            Interpreter::Helper => String::new(),
             Interpreter::Perl => format!(
                 "$n={len};$s=\"\";while($n>0){{$r=sysread(STDIN,$s,$n,length $s);\
                  $r>0 or exit 125;$n-=$r}}eval $s;print STDERR $@;exit 125"
@@ -138,12 +145,32 @@ impl Interpreter {
         let program = self.loader(len);
         debug_assert!(crate::command::wrapper::is_neutral(&program));
         match self {
+            Interpreter::Helper => String::new(),
             Interpreter::Perl => format!("exec perl -e '{program}'"),
             Interpreter::PythonSpawn | Interpreter::PythonFork => {
                 format!("exec python3 -c '{program}'")
             }
         }
     }
+}
+
+/// The helper's start (see [`Interpreter::Helper`]): `/bin/sh` runs the copy in
+/// `~/.cache/swiftide-ssh/` if it is a file of the login's whose SHA-256 is `sha256`, and
+/// otherwise prints the `need` marker (never the hello's nonce, which the hello is found by), reads `len` bytes from stdin into a private temporary
+/// file (umask 077), renames it into place, checks it again and runs it. Login-shell neutral
+/// (see `wrapper::is_neutral`). Nothing else is on the channel while it reads: the client
+/// sends the bytes only after the marker, and frames only after the hello.
+fn helper_request(sha256: &str, len: usize, nonce: &str, need: &str) -> String {
+    let program = format!(
+        "h=\"$HOME/.cache/swiftide-ssh/runner-{sha256}\"; \
+         ok() {{ [ -f \"$h\" ] && [ -O \"$h\" ] && s=$(sha256sum <\"$h\" 2>/dev/null) && [ \"${{s%% *}}\" = {sha256} ]; }}; \
+         if ok; then exec \"$h\" {nonce}; fi; echo {need}; umask 077; \
+         mkdir -p \"${{h%/*}}\" && chmod 700 \"${{h%/*}}\" && t=\"$h.$$\" && head -c {len} >\"$t\" && \
+         chmod 700 \"$t\" && mv -f \"$t\" \"$h\" && ok && exec \"$h\" {nonce}; rm -f \"$t\"; \
+         echo \"the runner helper could not be installed or failed its checksum\" >&2; exit 127"
+    );
+    debug_assert!(crate::command::wrapper::is_neutral(&program));
+    format!("exec /bin/sh -c '{program}'")
 }
 
 /// Output a command's driver acknowledges at a time (the runner's window is 4 MiB).
@@ -287,7 +314,11 @@ enum Start {
 /// refused when none answers.
 async fn start(session: &Arc<Session>, config: &Config, counters: &Counters) -> Start {
     let mut reasons = Vec::new();
-    for interpreter in Interpreter::ALL {
+    let helper = config
+        .runner_helper
+        .is_some()
+        .then_some(Interpreter::Helper);
+    for interpreter in helper.into_iter().chain(Interpreter::ALL) {
         match start_with(interpreter, session, config, counters).await {
             Start::Refused(reason) => reasons.push(format!("{interpreter:?}: {reason}")),
             started => return started,
@@ -309,7 +340,15 @@ async fn start_with(
         };
     let nonce = format!("swiftide-runner-{:016x}", rand::random::<u64>());
     let script = interpreter.script(&nonce);
-    let request = interpreter.request(script.len());
+    let helper = config
+        .runner_helper
+        .as_ref()
+        .filter(|_| interpreter == Interpreter::Helper);
+    let need = format!("swiftide-need-{:016x}", rand::random::<u64>());
+    let request = match helper {
+        Some(helper) => helper_request(&helper.sha256, helper.binary.len(), &nonce, &need),
+        None => interpreter.request(script.len()),
+    };
     if let Err(source) = channel.exec(true, request.into_bytes()).await {
         return Start::Retry(Error::Ssh {
             host: config.host.clone(),
@@ -319,12 +358,18 @@ async fn start_with(
         });
     }
     // The script goes out while the hello is awaited: a login shell that exits at once
-    // must not leave this write waiting for window space.
-    let writer = channel.make_writer();
-    let script_out = tokio::spawn(async move {
-        let mut writer = writer;
-        let _ = tokio::io::AsyncWriteExt::write_all(&mut writer, script.as_bytes()).await;
-    });
+    // must not leave this write waiting for window space. The helper goes out only when
+    // the host asks for it (`need`).
+    fn send(
+        mut writer: impl tokio::io::AsyncWrite + Unpin + Send + 'static,
+        bytes: Bytes,
+    ) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let _ = tokio::io::AsyncWriteExt::write_all(&mut writer, &bytes).await;
+        })
+    }
+    let mut script_out = send(channel.make_writer(), Bytes::from(script.into_bytes()));
+    let mut helper_out = helper.map(|helper| (channel.make_writer(), helper));
     let mut stdout = BytesMut::new();
     let mut stderr = Vec::new();
     let mut exit: Option<String> = None;
@@ -337,6 +382,16 @@ async fn start_with(
                         stdout.extend_from_slice(&data);
                         if let Some(name) = find_hello(&mut stdout, &nonce) {
                             return Some(name);
+                        }
+                        if helper_out.is_some()
+                            && stdout
+                                .windows(need.len())
+                                .any(|window| window == need.as_bytes())
+                            && let Some((writer, helper)) = helper_out.take()
+                        {
+                            tracing::debug!(host = %config.host, sha256 = %helper.sha256,
+                                "installing the runner helper");
+                            script_out = send(writer, helper.binary.clone());
                         }
                         // Keep what may be the start of the hello, not the login's chatter.
                         if stdout.len() > 64 * 1024 {
@@ -606,6 +661,21 @@ mod tests {
                 &interpreter.loader(12345)
             ));
         }
+    }
+
+    #[test]
+    fn the_helper_start_is_login_shell_neutral() {
+        let request = helper_request(
+            &"ab".repeat(32),
+            123,
+            "swiftide-runner-1",
+            "swiftide-need-2",
+        );
+        let program = request
+            .strip_prefix("exec /bin/sh -c '")
+            .and_then(|rest| rest.strip_suffix('\''))
+            .expect("one quoted word");
+        assert!(crate::command::wrapper::is_neutral(program));
     }
 
     #[test]
