@@ -54,9 +54,10 @@
 //!   ([`Error::ForwardRefused`]), listeners that outlive a lost connection.
 //! * **Pooling:** commands share connections through channels ([`PoolStats`]); a command is
 //!   sent at most once. Each connection starts a resident runner (a Python 3 or Perl script
-//!   sent on stdin) that runs its commands as requests on one channel, a spawn of `sh -c`
-//!   each instead of a whole SSH session, with the same results and kills ([`Runner`];
-//!   one session per command where none can start).
+//!   sent on stdin, or this crate's `swiftide-ssh-runner` helper where the builder was given
+//!   it) that runs its commands as requests on one channel, a spawn of `sh -c` each instead
+//!   of a whole SSH session, with the same results and kills ([`Runner`]; one session per
+//!   command where none can start). Jobs start through the Python runner's supervisor.
 //! * **Fleets:** [`Fleet`] runs one command on many hosts: node sets, Ansible inventories,
 //!   rolling batches with failure thresholds, retries of unreachable hosts, folded output,
 //!   JSON records and an exit-code policy ([`fleet`]).

@@ -347,6 +347,24 @@ pub fn warm(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
         }
         Err(error) => println!("  the Perl runner's host failed: {error:#}"),
     }
+    // The helper, on a host without Perl or Python.
+    match runner_helper_on_host(ctx.size(300, 100)) {
+        Ok((runner, server_us, samples)) => {
+            println!(
+                "  ours run(\"true\"), {runner} runner     {}; server CPU {server_us:.0} µs/cmd",
+                samples.describe()
+            );
+            report.row(
+                format!("1 server CPU per warm `true`, the runner helper ({runner}) on a host without Perl or Python vs raw russh `exec true`"),
+                format!("{server_us:.0} µs; latency {}", samples.short()),
+                format!("raw russh `true` {:.0} µs", m.server(Variant::RawTrue)),
+                ratio(server_us / m.server(Variant::RawTrue)),
+                "(diagnostic: `swiftide-ssh-runner`, release build)",
+                None,
+            );
+        }
+        Err(error) => println!("  the runner helper's row skipped: {error:#}"),
+    }
     // The resident runner's targets (issue: past sshd's per-exec floor), runner on and off.
     let runner_name = m.runner.clone().unwrap_or_else(|| "none".to_owned());
     let per_exec = m.get(Variant::RunPerExec);
@@ -682,12 +700,52 @@ fn runner_floor_us(n: usize) -> anyhow::Result<f64> {
 /// The Perl runner: `n` warm `true`s on a testbed whose `PATH` has `sh` and `perl` and no
 /// `python3`. Returns the runner's name, server CPU per command (µs) and the latencies.
 fn runner_on_perl_host(n: usize) -> anyhow::Result<(String, f64, Samples)> {
-    let bin = tempfile::Builder::new().prefix("swb-perl").tempdir()?;
-    for (tool, target) in [
-        ("sh", "/bin/sh"),
-        ("perl", "/usr/bin/perl"),
-        ("true", "/bin/true"),
-    ] {
+    runner_on_host(n, &[("perl", "/usr/bin/perl")], None)
+}
+
+/// The helper (`swiftide-ssh-runner`, release build beside this binary: `cargo build
+/// --release --bin swiftide-ssh-runner`), as [`runner_on_perl_host`], on a host whose `PATH`
+/// has no Perl or Python (only what its install needs).
+fn runner_helper_on_host(n: usize) -> anyhow::Result<(String, f64, Samples)> {
+    let helper = std::env::current_exe()?
+        .parent()
+        .and_then(|examples| examples.parent())
+        .map(|dir| dir.join("swiftide-ssh-runner"))
+        .context("no target directory")?;
+    let binary = std::fs::read(&helper).with_context(|| {
+        format!(
+            "{} (build it: cargo build --release --bin swiftide-ssh-runner)",
+            helper.display()
+        )
+    })?;
+    let tools: Vec<(&str, &str)> = ["sha256sum", "mkdir", "chmod", "mv", "rm", "head"]
+        .into_iter()
+        .map(|tool| (tool, tool))
+        .collect();
+    runner_on_host(n, &tools, Some(binary))
+}
+
+/// `n` warm `true`s through the runner on a testbed whose `PATH` has `sh`, `true` and
+/// `tools` (name, target: a path, or a name found in `/usr/bin` or `/bin`).
+fn runner_on_host(
+    n: usize,
+    tools: &[(&str, &str)],
+    helper: Option<Vec<u8>>,
+) -> anyhow::Result<(String, f64, Samples)> {
+    let bin = tempfile::Builder::new().prefix("swb-runner").tempdir()?;
+    for &(tool, target) in [("sh", "/bin/sh"), ("true", "/bin/true")]
+        .iter()
+        .chain(tools)
+    {
+        let target = if target.starts_with('/') {
+            std::path::PathBuf::from(target)
+        } else {
+            ["/usr/bin", "/bin"]
+                .iter()
+                .map(|dir| std::path::Path::new(dir).join(target))
+                .find(|path| path.exists())
+                .with_context(|| format!("no {target} on this machine"))?
+        };
         std::os::unix::fs::symlink(target, bin.path().join(tool))?;
     }
     let tb = swiftide_ssh_testbed::Testbed::builder()
@@ -698,7 +756,11 @@ fn runner_on_perl_host(n: usize) -> anyhow::Result<(String, f64, Samples)> {
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let executor = conn.builder().runner(Runner::Resident).build().await?;
+        let mut builder = conn.builder().runner(Runner::Resident);
+        if let Some(helper) = helper {
+            builder = builder.runner_helper(helper);
+        }
+        let executor = builder.build().await?;
         for _ in 0..20 {
             executor.run("true").await?;
         }
@@ -708,7 +770,7 @@ fn runner_on_perl_host(n: usize) -> anyhow::Result<(String, f64, Samples)> {
             let t = Instant::now();
             ensure!(
                 executor.run("true").await?.status.success(),
-                "perl runner: true failed"
+                "runner: true failed"
             );
             times.push(t.elapsed());
         }

@@ -6,7 +6,9 @@
 /// Every command through sshd costs a whole SSH session on the host: sshd forks and sets up
 /// the session, the login shell starts, then the command's own `sh`. A **resident runner** is
 /// one small program per connection (a Python 3 script, or the same runner in Perl where the
-/// host has no Python 3.8: `perl` is Essential on Debian and Ubuntu), started by one exec
+/// host has no Python 3.8: `perl` is Essential on Debian and Ubuntu; or this crate's
+/// `swiftide-ssh-runner` binary, see
+/// [`runner_helper`](crate::SshExecutorBuilder::runner_helper)), started by one exec
 /// request, that
 /// runs the executor's commands as requests on its channel: each one is `fork` and `sh -c`,
 /// in a session and process group of its own, stdout and stderr on pipes of their own. See
@@ -14,8 +16,8 @@
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Runner {
-    /// A resident runner where the host can start one (the account's `PATH` has `python3` or
-    /// `perl`),
+    /// A resident runner where the host can start one (the helper runs, or the account's
+    /// `PATH` has `python3` or `perl`),
     /// else one session per command, silently: the results are the same either way.
     #[default]
     Auto,
