@@ -8,7 +8,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{builder, testbed, token, wait_until_gone};
-use swiftide_ssh_executor::{Error, ExecOptions, ExitStatus, Runner, SshExecutor};
+use swiftide_ssh_executor::{
+    Error, ExecOptions, ExitStatus, JobOptions, JobStatus, JobStream, Runner, SshExecutor,
+};
 use swiftide_ssh_testbed::Testbed;
 
 async fn executor(tb: &Testbed, runner: Runner) -> SshExecutor {
@@ -532,4 +534,48 @@ fn which(tool: &str) -> std::path::PathBuf {
         .output()
         .unwrap();
     std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+#[tokio::test]
+async fn jobs_start_through_the_python_runner_and_read_back_from_its_mirror() {
+    let tb = testbed();
+    let ex = executor(&tb, Runner::Resident).await;
+    // A running job: its `pid` record names its supervisor, a fork of the Python runner (a
+    // shell start's runner is `sh`).
+    let job = ex
+        .spawn_job(
+            "printf 'out\\0put'; printf err >&2; sleep 30",
+            JobOptions::new(),
+        )
+        .await
+        .unwrap();
+    let record = std::fs::read_to_string(job.dir().join("pid")).unwrap();
+    let supervisor: u32 = record.split_whitespace().nth(2).unwrap().parse().unwrap();
+    let cmdline = std::fs::read(format!("/proc/{supervisor}/cmdline")).unwrap();
+    assert!(
+        String::from_utf8_lossy(&cmdline).contains("python3"),
+        "{}",
+        String::from_utf8_lossy(&cmdline)
+    );
+    job.kill(Duration::from_secs(1)).await.unwrap();
+    assert!(matches!(
+        job.wait(Duration::from_secs(10)).await.unwrap(),
+        JobStatus::Exited(_)
+    ));
+    // What the handle reads (from its mirror) is what the files hold, ends included.
+    for (stream, file) in [(JobStream::Stdout, "stdout"), (JobStream::Stderr, "stderr")] {
+        let spooled = std::fs::read(job.dir().join(file)).unwrap();
+        let out = job.read(stream, 0, 1 << 20).await.unwrap();
+        assert!(out.eof, "{stream:?}");
+        assert_eq!(out.bytes, spooled);
+        let middle = job.read(stream, 1, 1).await.unwrap();
+        assert_eq!((&middle.bytes[..], middle.eof), (&spooled[1..2], false));
+    }
+    // Removed by another client: the mirror does not outlive the files.
+    let other = executor(&tb, Runner::PerExec).await;
+    other.job(job.id()).await.unwrap().remove().await.unwrap();
+    assert!(matches!(
+        job.read(JobStream::Stdout, 0, 100).await,
+        Err(Error::JobNotFound { .. })
+    ));
 }

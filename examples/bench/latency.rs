@@ -329,41 +329,39 @@ pub fn warm(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
         None,
     );
     // The Perl runner, on a host whose `PATH` has `perl` and no `python3` (a second sshd:
-    // the same machine, `SetEnv PATH`).
-    match runner_on_perl_host(ctx.size(300, 100)) {
-        Ok((runner, server_us, samples)) => {
-            println!(
-                "  ours run(\"true\"), {runner} runner       {}; server CPU {server_us:.0} µs/cmd",
-                samples.describe()
-            );
-            report.row(
-                format!("1 server CPU per warm `true`, runner on a host without Python ({runner}) vs raw russh `exec true`"),
-                format!("{server_us:.0} µs; latency {}", samples.short()),
-                format!("raw russh `true` {:.0} µs", m.server(Variant::RawTrue)),
-                ratio(server_us / m.server(Variant::RawTrue)),
-                "(diagnostic: the Perl runner; its fork floor is the row above)",
-                None,
-            );
+    // the same machine, `SetEnv PATH`), and the helper, on one with neither.
+    let raw_true_us = m.server(Variant::RawTrue);
+    for (label, measured, note) in [
+        (
+            "runner on a host without Python",
+            runner_on_perl_host(ctx.size(300, 100)),
+            "(diagnostic: the Perl runner; its fork floor is the row above)",
+        ),
+        (
+            "the runner helper on a host without Perl or Python",
+            runner_helper_on_host(ctx.size(300, 100)),
+            "(diagnostic: `swiftide-ssh-runner`, release build)",
+        ),
+    ] {
+        match measured {
+            Ok((runner, server_us, samples)) => {
+                println!(
+                    "  ours run(\"true\"), {runner} runner  {}; server CPU {server_us:.0} µs/cmd",
+                    samples.describe()
+                );
+                report.row(
+                    format!(
+                        "1 server CPU per warm `true`, {label} ({runner}) vs raw russh `exec true`"
+                    ),
+                    format!("{server_us:.0} µs; latency {}", samples.short()),
+                    format!("raw russh `true` {raw_true_us:.0} µs"),
+                    ratio(server_us / raw_true_us),
+                    note,
+                    None,
+                );
+            }
+            Err(error) => println!("  {label}: skipped: {error:#}"),
         }
-        Err(error) => println!("  the Perl runner's host failed: {error:#}"),
-    }
-    // The helper, on a host without Perl or Python.
-    match runner_helper_on_host(ctx.size(300, 100)) {
-        Ok((runner, server_us, samples)) => {
-            println!(
-                "  ours run(\"true\"), {runner} runner     {}; server CPU {server_us:.0} µs/cmd",
-                samples.describe()
-            );
-            report.row(
-                format!("1 server CPU per warm `true`, the runner helper ({runner}) on a host without Perl or Python vs raw russh `exec true`"),
-                format!("{server_us:.0} µs; latency {}", samples.short()),
-                format!("raw russh `true` {:.0} µs", m.server(Variant::RawTrue)),
-                ratio(server_us / m.server(Variant::RawTrue)),
-                "(diagnostic: `swiftide-ssh-runner`, release build)",
-                None,
-            );
-        }
-        Err(error) => println!("  the runner helper's row skipped: {error:#}"),
     }
     // The resident runner's targets (issue: past sshd's per-exec floor), runner on and off.
     let runner_name = m.runner.clone().unwrap_or_else(|| "none".to_owned());

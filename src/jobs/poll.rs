@@ -291,11 +291,11 @@ impl Job {
     /// A read of output this handle's start mirrored (see `command::resident::job`): the
     /// bytes from memory, checked with one round trip. A `stat` of the spool file by path
     /// must show no more than the mirror holds, and no `exit` record may be there before the
-    /// mirror's end (else the mirror is behind: it is given a moment to catch up, since what
-    /// the files hold is on its way, and the files are read if it does not). A spool file
-    /// shorter than the mirror, or once ended of another length or modification time than
-    /// first seen, means the job was removed (or removed and started again): the mirror is
-    /// dropped. `None`: read the files.
+    /// mirror's end: else the mirror is behind, and is given a moment to catch up (what the
+    /// files hold is on its way), or the files are read. A spool file shorter than the
+    /// mirror, or, once ended, of another length or modification time than first seen,
+    /// means the job was removed (or removed and started again): the mirror is dropped.
+    /// `None`: read the files.
     pub(super) async fn mirror_read(
         &self,
         stream: JobStream,
@@ -308,77 +308,78 @@ impl Job {
             return Ok(None);
         };
         let index = usize::from(stream == JobStream::Stderr);
+        let Some(before) = mirror.read(index, offset, max) else {
+            return Ok(None);
+        };
         let file = self.dir.join(stream.name());
         let exit_file = self.dir.join("exit");
         let (Ok(path), Ok(exit_path)) = (sftp_path(&file), sftp_path(&exit_file)) else {
             return Ok(None);
         };
-        for attempt in 0..2 {
-            let Some(read) = mirror.read(index, offset, max) else {
-                return Ok(None);
-            };
-            let record = read.end.as_deref().map(|end| {
-                end.split(|&byte| byte == b'\n')
-                    .nth(1 + index)
-                    .and_then(DropRecord::parse)
-            });
-            let ended = record.is_some();
-            let executor = &self.executor;
-            let checked = executor
-                .with_sftp(Retry::Idempotent, |channel| async move {
-                    let exit = async {
-                        match ended {
-                            true => Ok(false),
-                            false => match channel.stat(exit_path).await {
-                                Ok(_) => Ok(true),
-                                Err(e) if has_status(&e, StatusCode::NoSuchFile) => Ok(false),
-                                Err(e) => Err(executor.sftp_error("stat", exit_path, e)),
-                            },
-                        }
-                    };
-                    let (attrs, exit) = tokio::join!(channel.stat(path), exit);
-                    let attrs = attrs.map_err(|e| executor.sftp_error("stat", path, e))?;
-                    Ok((attrs, exit?))
-                })
-                .await;
-            let (attrs, exit) = match checked {
-                Ok(checked) => checked,
-                Err(Error::Sftp {
-                    status: Some(SftpStatus::NoSuchFile),
-                    ..
-                }) => return Err(self.not_found()),
-                Err(Error::SftpUnavailable { .. }) => return Ok(None),
-                Err(error) => return Err(error),
-            };
-            let size = attrs.size.unwrap_or(0);
-            match record {
-                Some(Some(record)) => {
-                    if size != read.held || !mirror.same_file(index, attrs.mtime) {
-                        mirror.invalidate();
-                        return Ok(None);
+        let ended = before.end.is_some();
+        let executor = &self.executor;
+        let checked = executor
+            .with_sftp(Retry::Idempotent, |channel| async move {
+                let exit = async {
+                    if ended {
+                        return Ok(false);
                     }
-                    let ended = Some(self.drop_of(stream, record).await?);
-                    return Ok(Some(Self::output(offset, max, read.bytes.to_vec(), ended)));
-                }
-                Some(None) => {
-                    mirror.invalidate();
-                    return Ok(None);
-                }
-                None if size < read.held => {
-                    mirror.invalidate();
-                    return Ok(None);
-                }
-                None if size == read.held && !exit => {
-                    return Ok(Some(Self::output(offset, max, read.bytes.to_vec(), None)));
-                }
-                None => {
-                    if attempt > 0 || !mirror.catch_up(index, size, exit, CATCH_UP).await {
-                        return Ok(None);
+                    match channel.stat(exit_path).await {
+                        Ok(_) => Ok(true),
+                        Err(e) if has_status(&e, StatusCode::NoSuchFile) => Ok(false),
+                        Err(e) => Err(executor.sftp_error("stat", exit_path, e)),
                     }
-                }
-            }
+                };
+                let (attrs, exit) = tokio::join!(channel.stat(path), exit);
+                let attrs = attrs.map_err(|e| executor.sftp_error("stat", path, e))?;
+                Ok((attrs, exit?))
+            })
+            .await;
+        let (attrs, exit) = match checked {
+            Ok(checked) => checked,
+            Err(Error::Sftp {
+                status: Some(SftpStatus::NoSuchFile),
+                ..
+            }) => return Err(self.not_found()),
+            Err(Error::SftpUnavailable { .. }) => return Ok(None),
+            Err(error) => return Err(error),
+        };
+        let size = attrs.size.unwrap_or(0);
+        // The mirror only grows: a file shorter than it was is another file.
+        if size < before.held {
+            mirror.invalidate();
+            return Ok(None);
         }
-        Ok(None)
+        // Once `exit` is there, the file seen is whole: the mirror must end with it.
+        if !ended
+            && (size > before.held || exit)
+            && !mirror.catch_up(index, size, exit, CATCH_UP).await
+        {
+            return Ok(None);
+        }
+        let Some(read) = mirror.read(index, offset, max) else {
+            return Ok(None);
+        };
+        let record = read.end.as_deref().map(|end| {
+            end.split(|&byte| byte == b'\n')
+                .nth(1 + index)
+                .and_then(DropRecord::parse)
+        });
+        match record {
+            Some(Some(record)) => {
+                if size != read.held || !mirror.same_file(index, attrs.mtime) {
+                    mirror.invalidate();
+                    return Ok(None);
+                }
+                let ended = Some(self.drop_of(stream, record).await?);
+                Ok(Some(Self::output(offset, max, read.bytes.to_vec(), ended)))
+            }
+            Some(None) => {
+                mirror.invalidate();
+                Ok(None)
+            }
+            None => Ok(Some(Self::output(offset, max, read.bytes.to_vec(), None))),
+        }
     }
 
     /// A read's answer: `bytes` from `offset`, at the end when the stream `ended` (its drop)

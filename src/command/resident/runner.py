@@ -244,6 +244,16 @@ def finish():
         put(b"X", rid, end_of(r["status"]) if r["status"] is not None else b"c 0")
 
 
+def read_some(fd):
+    """What a pipe has: bytes, b"" at its end (or on an error), None when nothing now."""
+    try:
+        return os.read(fd, 65536)
+    except (BlockingIOError, InterruptedError):
+        return None
+    except OSError:
+        return b""
+
+
 def record(tag, data):
     return struct.pack(">cI", tag, len(data)) + data
 
@@ -518,12 +528,9 @@ def supervise(mirror_fd, data):
             st = streams.get(fd)
             if st is None:
                 continue
-            try:
-                got = os.read(fd, 65536)
-            except (BlockingIOError, InterruptedError):
+            got = read_some(fd)
+            if got is None:
                 continue
-            except OSError:
-                got = b""
             if not got:
                 os.close(fd)
                 os.close(st["spool"])
@@ -647,12 +654,9 @@ while True:
         if fd not in reading:
             continue
         rid, kind = reading[fd]
-        try:
-            got = os.read(fd, 65536)
-        except (BlockingIOError, InterruptedError):
+        got = read_some(fd)
+        if got is None:
             continue
-        except OSError:
-            got = b""
         if not got:
             del reading[fd]
             os.close(fd)
