@@ -65,10 +65,14 @@ impl Row {
 
     /// Fails unless `ex` sent direct requests exactly on the rows that take them, or with
     /// the resident runner ran its commands there.
-    fn check_form(&self, ex: &SshExecutor, runner: Runner) {
+    fn check_form(&self, ex: &SshExecutor, via: Via) {
         let stats = ex.pool_stats();
         assert_eq!(stats.direct_fallbacks, 0, "{}: {stats:?}", self.name());
-        if runner != Runner::PerExec {
+        if via == Via::Helper {
+            let runner = stats.runner.as_deref().unwrap_or("");
+            assert!(runner.starts_with("helper "), "{}: {stats:?}", self.name());
+        }
+        if via != Via::PerExec {
             assert!(stats.runner_commands > 0, "{}: {stats:?}", self.name());
             assert_eq!(stats.direct_requests, 0, "{}: {stats:?}", self.name());
             assert_eq!(stats.runners_lost, 0, "{}: {stats:?}", self.name());
@@ -111,11 +115,27 @@ impl Row {
     }
 }
 
-/// Every row runs twice: one session per command (`Runner::PerExec`, the universal and
-/// direct forms) and through the resident runner (`Runner::Resident`: a host where none
-/// starts fails loudly rather than passing per exec).
-fn builder(tb: &Testbed, runner: Runner) -> SshExecutorBuilder {
-    common::builder(tb).runner(runner)
+/// How a row's commands reach the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Via {
+    /// One session per command (`Runner::PerExec`: the universal and direct forms).
+    PerExec,
+    /// The resident runner the host can start (`Runner::Resident`: a host where none starts
+    /// fails loudly rather than passing per exec).
+    Runner,
+    /// The resident runner as this crate's helper binary (`runner_helper`).
+    Helper,
+}
+
+/// Every row runs through each [`Via`] (the helper for its commands and kills).
+fn builder(tb: &Testbed, via: Via) -> SshExecutorBuilder {
+    match via {
+        Via::PerExec => common::builder(tb).runner(Runner::PerExec),
+        Via::Runner => common::builder(tb).runner(Runner::Resident),
+        Via::Helper => common::builder(tb).runner(Runner::Resident).runner_helper(
+            std::fs::read(env!("CARGO_BIN_EXE_swiftide-ssh-runner")).expect("the helper"),
+        ),
+    }
 }
 
 /// A directory inside the scratch directory that `tb`'s account owns.
@@ -128,7 +148,7 @@ fn workdir(tb: &Testbed, name: &str) -> PathBuf {
     dir
 }
 
-async fn differential(row: Row, runner: Runner) {
+async fn differential(row: Row, via: Via) {
     let tb = row.start();
     let dir = workdir(&tb, "diff");
     seed(&dir);
@@ -144,7 +164,7 @@ async fn differential(row: Row, runner: Runner) {
         ("universal", &differential::ENVS),
         ("direct", &differential::ONE_LINE_ENVS),
     ] {
-        let (local, remote) = differential::executors_with(&dir, builder(&tb, runner), envs);
+        let (local, remote) = differential::executors_with(&dir, builder(&tb, via), envs);
         let remote = remote.build().await.unwrap();
         let cases = cases(&dir);
         let mismatches = differential::compare(&local, &remote, &cases).await;
@@ -152,7 +172,7 @@ async fn differential(row: Row, runner: Runner) {
         if form == "universal" {
             assert_eq!(stats.direct_requests, 0, "{}: {stats:?}", row.name());
         } else {
-            row.check_form(&remote, runner);
+            row.check_form(&remote, via);
         }
         eprintln!(
             "matrix: {} differential ({form} form where possible) {}/{} same",
@@ -169,7 +189,7 @@ async fn differential(row: Row, runner: Runner) {
             mismatches.join("\n")
         );
     }
-    let remote = builder(&tb, runner).workdir(&dir).build().await.unwrap();
+    let remote = builder(&tb, via).workdir(&dir).build().await.unwrap();
 
     // Beyond LocalExecutor: a 1 MiB command (LocalExecutor's argv holds 128 KiB) and a
     // 200 KiB environment value... up to the kernel's limit for one environment string.
@@ -177,7 +197,7 @@ async fn differential(row: Row, runner: Runner) {
     let run = remote.run(&big).await.unwrap();
     assert_eq!(run.stdout(), b"1048576", "{}: 1 MiB command", row.name());
     let env_value = "v".repeat(120 * 1024);
-    let with_env = builder(&tb, runner)
+    let with_env = builder(&tb, via)
         .envs([("BIG", env_value.as_str())])
         .build()
         .await
@@ -200,13 +220,9 @@ async fn wait_for(pattern: &str, count: usize) {
     }
 }
 
-async fn kills(row: Row, runner: Runner) {
+async fn kills(row: Row, via: Via) {
     let tb = row.start();
-    let ex = builder(&tb, runner)
-        .max_connections(1)
-        .build()
-        .await
-        .unwrap();
+    let ex = builder(&tb, via).max_connections(1).build().await.unwrap();
 
     // Timeout: the whole group dies, background children included. Three times: the first
     // command on a connection is sent in the universal form, the next (on rows with a POSIX
@@ -239,7 +255,7 @@ async fn kills(row: Row, runner: Runner) {
             started.elapsed()
         );
     }
-    row.check_form(&ex, runner);
+    row.check_form(&ex, via);
 
     // A command that cleans up with `trap 'kill -- -$$' EXIT` reaches its own children: its
     // shell leads its group, as under LocalExecutor (a shell command and a script; the
@@ -352,7 +368,7 @@ async fn kills(row: Row, runner: Runner) {
         "#!/bin/sh\n# {}\nsleep 300.{t} & sleep 300.{t}\n",
         "pad ".repeat(20 * 1024)
     );
-    let ex = builder(&tb, runner).build().await.unwrap();
+    let ex = builder(&tb, via).build().await.unwrap();
     let result = ex
         .exec_cmd(&Command::shell(script).with_timeout(Duration::from_millis(800)))
         .await;
@@ -368,10 +384,10 @@ async fn kills(row: Row, runner: Runner) {
     );
 }
 
-async fn files(row: Row, runner: Runner) {
+async fn files(row: Row, via: Via) {
     let tb = row.start();
     let dir = workdir(&tb, "files");
-    let ex = builder(&tb, runner).workdir(&dir).build().await.unwrap();
+    let ex = builder(&tb, via).workdir(&dir).build().await.unwrap();
 
     // ReadFile / WriteFile, over SFTP or (without an sftp-server) the shell fallback.
     let odd = "it's a \\ $HOME !x\nnew.txt";
@@ -451,9 +467,9 @@ async fn files(row: Row, runner: Runner) {
 }
 
 /// Commands and exit statuses come back unchanged whatever the server.
-async fn statuses(row: Row, runner: Runner) {
+async fn statuses(row: Row, via: Via) {
     let tb = row.start();
-    let ex: SshExecutor = builder(&tb, runner).build().await.unwrap();
+    let ex: SshExecutor = builder(&tb, via).build().await.unwrap();
     let run = ex.run("exit 3").await.unwrap();
     assert_eq!(run.status, ExitStatus::Code(3), "{}", row.name());
     let run = ex.run("echo $0").await.unwrap();
@@ -467,42 +483,52 @@ macro_rules! matrix_row {
 
             #[tokio::test]
             async fn differential_table() {
-                differential($row, Runner::PerExec).await;
+                differential($row, Via::PerExec).await;
             }
 
             #[tokio::test]
             async fn differential_table_through_the_runner() {
-                differential($row, Runner::Resident).await;
+                differential($row, Via::Runner).await;
             }
 
             #[tokio::test]
             async fn kill_on_timeout_cancel_and_disconnect() {
-                kills($row, Runner::PerExec).await;
+                kills($row, Via::PerExec).await;
             }
 
             #[tokio::test]
             async fn kill_on_timeout_cancel_and_disconnect_through_the_runner() {
-                kills($row, Runner::Resident).await;
+                kills($row, Via::Runner).await;
+            }
+
+            #[tokio::test]
+            async fn differential_table_through_the_helper() {
+                differential($row, Via::Helper).await;
+            }
+
+            #[tokio::test]
+            async fn kill_on_timeout_cancel_and_disconnect_through_the_helper() {
+                kills($row, Via::Helper).await;
             }
 
             #[tokio::test]
             async fn file_commands() {
-                files($row, Runner::PerExec).await;
+                files($row, Via::PerExec).await;
             }
 
             #[tokio::test]
             async fn file_commands_through_the_runner() {
-                files($row, Runner::Resident).await;
+                files($row, Via::Runner).await;
             }
 
             #[tokio::test]
             async fn exit_statuses() {
-                statuses($row, Runner::PerExec).await;
+                statuses($row, Via::PerExec).await;
             }
 
             #[tokio::test]
             async fn exit_statuses_through_the_runner() {
-                statuses($row, Runner::Resident).await;
+                statuses($row, Via::Runner).await;
             }
         }
     };
@@ -529,32 +555,32 @@ macro_rules! bin_sh_row {
 
             #[tokio::test]
             async fn kill_on_timeout_cancel_and_disconnect() {
-                kills(Row::BinSh($shell), Runner::PerExec).await;
+                kills(Row::BinSh($shell), Via::PerExec).await;
             }
 
             #[tokio::test]
             async fn kill_on_timeout_cancel_and_disconnect_through_the_runner() {
-                kills(Row::BinSh($shell), Runner::Resident).await;
+                kills(Row::BinSh($shell), Via::Runner).await;
             }
 
             #[tokio::test]
             async fn file_commands() {
-                files(Row::BinSh($shell), Runner::PerExec).await;
+                files(Row::BinSh($shell), Via::PerExec).await;
             }
 
             #[tokio::test]
             async fn file_commands_through_the_runner() {
-                files(Row::BinSh($shell), Runner::Resident).await;
+                files(Row::BinSh($shell), Via::Runner).await;
             }
 
             #[tokio::test]
             async fn exit_statuses() {
-                statuses(Row::BinSh($shell), Runner::PerExec).await;
+                statuses(Row::BinSh($shell), Via::PerExec).await;
             }
 
             #[tokio::test]
             async fn exit_statuses_through_the_runner() {
-                statuses(Row::BinSh($shell), Runner::Resident).await;
+                statuses(Row::BinSh($shell), Via::Runner).await;
             }
         }
     };
@@ -574,7 +600,7 @@ async fn a_shell_variable_that_lies_falls_back_to_the_universal_form() {
         .sshd_config_line("SetEnv SHELL=/bin/bash")
         .start()
         .unwrap();
-    let ex = builder(&tb, Runner::PerExec)
+    let ex = builder(&tb, Via::PerExec)
         .max_connections(1)
         .build()
         .await
