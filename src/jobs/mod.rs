@@ -323,8 +323,9 @@ impl SshExecutor {
 
     /// Starts a job through the connection's resident runner (see
     /// `command::resident::job`), for a login's job (not escalated) without stdin whose
-    /// command takes the direct form (the caller checks), on a host whose runner is Python. `None`: nothing was
-    /// started there, and the shell start decides (also where the id exists already).
+    /// command takes the direct form (the caller checks), on a host whose runner is Python.
+    /// `None`: nothing was started there, and the shell start decides (also where the id
+    /// exists already).
     async fn start_on_runner(&self, spec: &Spec, launch: &script::Launch) -> Option<Job> {
         let text = launch.direct()?;
         let encoded = spec.encode();
@@ -390,8 +391,9 @@ impl SshExecutor {
     ///
     /// # Cancel safety
     /// Dropping the future does not stop a start that was sent: its script runs to its end on
-    /// the host (in a task of its own, whose group is not killed), so the job is then either
-    /// started or not, never half started. Ask again with the same id (`spawn_job` returns
+    /// the host (in a task of its own, whose group is not killed), as does the Python
+    /// runner's supervisor (detached from the start), so the job is then either started or
+    /// not, never half started. Ask again with the same id (`spawn_job` returns
     /// the existing job) or look it up with [`job`](Self::job).
     pub async fn spawn_job(&self, command: &str, options: JobOptions) -> Result<Job> {
         if self.is_closed() {

@@ -94,7 +94,7 @@ enum Interpreter {
     /// The crate's `swiftide-ssh-runner` binary, where the executor was given one
     /// ([`SshExecutorBuilder::runner_helper`](crate::SshExecutorBuilder::runner_helper)):
     /// installed in `~/.cache/swiftide-ssh/` and checked by SHA-256 before each start (see
-    /// [`helper_loader`]). Tried first.
+    /// [`helper_request`]). Tried first.
     Helper,
 }
 
@@ -156,9 +156,9 @@ impl Interpreter {
 
 /// The helper's start (see [`Interpreter::Helper`]): `/bin/sh` runs the copy in
 /// `~/.cache/swiftide-ssh/` if it is a file of the login's whose SHA-256 is `sha256`, and
-/// otherwise prints the `need` marker (never the hello's nonce, which the hello is found by), reads `len` bytes from stdin into a private temporary
-/// file (umask 077), renames it into place, checks it again and runs it. Login-shell neutral
-/// (see `wrapper::is_neutral`). Nothing else is on the channel while it reads: the client
+/// otherwise prints the `need` marker (never the hello's nonce, which the hello is found
+/// by), reads `len` bytes from stdin into a private temporary file (umask 077), renames it
+/// into place, checks it again and runs it. Login-shell neutral (see `wrapper::is_neutral`). Nothing else is on the channel while it reads: the client
 /// sends the bytes only after the marker, and frames only after the hello.
 fn helper_request(sha256: &str, len: usize, nonce: &str, need: &str) -> String {
     let program = format!(
