@@ -19,6 +19,21 @@ use crate::{
     },
 };
 
+/// Runs a script that only reads: one whose connection (or runner) was lost under it is asked
+/// again, once, on a new one, since running it twice changes nothing. (Dropbear has been
+/// seen to drop a connection that many polls' execs raced on; the next one serves.)
+async fn run_reading(
+    executor: &SshExecutor,
+    script: &[u8],
+) -> Result<(ExitStatus, crate::files::own_script::Collected)> {
+    match run_collect(executor, script, Vec::new()).await {
+        Err(Error::ConnectionLost { .. } | Error::RunnerLost { .. }) => {
+            run_collect(executor, script, Vec::new()).await
+        }
+        other => other,
+    }
+}
+
 /// The error number whose text is `text` (`"No such file or directory"` → 2), including
 /// dash's own wording for a redirection into a missing directory.
 fn errno_of(text: &str) -> Option<i32> {
@@ -108,7 +123,7 @@ pub(crate) async fn read_range_via_exec(
         )
         .as_bytes(),
     );
-    let (status, output) = run_collect(executor, &script, Vec::new()).await?;
+    let (status, output) = run_reading(executor, &script).await?;
     match status {
         ExitStatus::Code(0) => Ok(Some(output.stdout)),
         ExitStatus::Code(3) => Ok(None),
@@ -131,7 +146,7 @@ pub(crate) async fn dir_names_via_exec(
     let mut script = b"d=".to_vec();
     script.extend_from_slice(&quoted_path(path)?);
     script.extend_from_slice(b"\n[ -d \"$d\" ] || exit 3\nexec ls -A -- \"$d\"\n");
-    let (status, output) = run_collect(executor, &script, Vec::new()).await?;
+    let (status, output) = run_reading(executor, &script).await?;
     match status {
         ExitStatus::Code(0) => Ok(Some(
             String::from_utf8_lossy(&output.stdout)
