@@ -403,9 +403,15 @@ def supervise(mirror_fd, data):
     # a job of an earlier build) is the shell start's to decide.
     if os.path.lexists(d + b"/spec"):
         return fallback(b"the job exists")
-    try:
-        os.close(os.open(d + b"/new", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-    except OSError:
+    def claim(name):
+        # As the shell start's `set -C` redirection: created only if missing (O_EXCL).
+        try:
+            os.close(os.open(d + b"/" + name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            return True
+        except OSError:
+            return False
+
+    if not claim(b"new"):
         return fallback(b"the job is claimed")
     try:
         write_file(b"launch", b"")
@@ -423,9 +429,7 @@ def supervise(mirror_fd, data):
         except OSError:
             pass
         return fallback(b"cannot write the job's files")
-    try:
-        os.close(os.open(d + b"/started", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-    except OSError:
+    if not claim(b"started"):
         return fallback(b"another start runs the job")
     try:
         o_r, o_w = os.pipe()
