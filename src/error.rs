@@ -410,6 +410,19 @@ pub enum Error {
         port: u16,
     },
 
+    /// The host's resident runner refused a request it could not read (a runner of another
+    /// version, a corrupted channel; see the `swiftide-ssh-runner` crate's protocol,
+    /// "Faults"); nothing of the command ran.
+    #[error("the resident runner on {host}:{port} refused the request: {reason}")]
+    RunnerFault {
+        /// Destination host.
+        host: String,
+        /// Destination port.
+        port: u16,
+        /// The runner's words.
+        reason: String,
+    },
+
     /// [`Runner::Resident`](crate::Runner::Resident) was asked for and no resident runner
     /// could start on the host (neither `python3` nor `perl` on the account's `PATH`, a login
     /// shell that exits

@@ -132,9 +132,9 @@ fn builder(tb: &Testbed, via: Via) -> SshExecutorBuilder {
     match via {
         Via::PerExec => common::builder(tb).runner(Runner::PerExec),
         Via::Runner => common::builder(tb).runner(Runner::Resident),
-        Via::Helper => common::builder(tb).runner(Runner::Resident).runner_helper(
-            std::fs::read(env!("CARGO_BIN_EXE_swiftide-ssh-runner")).expect("the helper"),
-        ),
+        Via::Helper => common::builder(tb)
+            .runner(Runner::Resident)
+            .runner_helper(common::runner_helper()),
     }
 }
 

@@ -752,3 +752,54 @@ async fn ssh_config_aliases_and_stable_shards() {
             .is_err()
     );
 }
+
+/// A fleet's one command per host starts no resident runner under `Runner::Auto`, however
+/// the members were built (the command line builds them with `build_lazy`): a runner's
+/// start per host is one exec more, not one fewer. The same executor used alone afterwards
+/// starts one, so the rule is the fleet's, not the member's.
+#[tokio::test]
+async fn a_fleet_under_auto_starts_no_runner_and_its_members_alone_do() {
+    use swiftide_ssh_executor::Runner;
+    let hosts: Vec<_> = (0..2).map(|_| testbed()).collect();
+    let members: Vec<SshExecutor> = hosts
+        .iter()
+        .map(|tb| builder(tb).runner(Runner::Auto).build_lazy().unwrap())
+        .collect();
+    let fleet = Fleet::new(members.clone());
+    for _ in 0..2 {
+        let report = fleet.run("echo fleet", |_| {}).await;
+        assert_eq!(report.summary().succeeded, 2, "{:?}", report.results);
+    }
+    for member in &members {
+        let stats = member.pool_stats();
+        assert_eq!(
+            (
+                stats.runners_started,
+                stats.runner_commands,
+                stats.runner_fallbacks
+            ),
+            (0, 0, 0),
+            "{stats:?}"
+        );
+    }
+    // Alone, the first command starts the connection's runner (the testbed has Python).
+    let alone = members[0].run("echo alone").await.unwrap();
+    assert_eq!(alone.stdout(), b"alone\n".to_vec());
+    let stats = members[0].pool_stats();
+    assert_eq!(
+        (stats.runners_started, stats.runner_commands),
+        (1, 1),
+        "{stats:?}"
+    );
+    // And a fleet then uses the runner already running instead of a session per command.
+    let report = Fleet::new(vec![members[0].clone()])
+        .run("echo again", |_| {})
+        .await;
+    assert_eq!(report.summary().succeeded, 1, "{:?}", report.results);
+    let stats = members[0].pool_stats();
+    assert_eq!(
+        (stats.runners_started, stats.runner_commands),
+        (1, 2),
+        "{stats:?}"
+    );
+}

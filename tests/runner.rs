@@ -30,9 +30,9 @@ async fn host_executor(tb: &Testbed, runner: Runner, name: &str) -> SshExecutor 
     builder.build().await.unwrap()
 }
 
-/// This crate's `swiftide-ssh-runner`, as built for this machine.
+/// The `swiftide-ssh-runner` helper, as built for this machine.
 fn helper_binary() -> Vec<u8> {
-    std::fs::read(env!("CARGO_BIN_EXE_swiftide-ssh-runner")).unwrap()
+    common::runner_helper()
 }
 
 /// The runner's pid: the parent of a command it runs.
@@ -398,7 +398,7 @@ async fn the_helper_is_installed_privately_and_an_altered_copy_never_runs() {
     let binary = helper_binary();
     let sha256 = {
         let out = std::process::Command::new("sha256sum")
-            .arg(env!("CARGO_BIN_EXE_swiftide-ssh-runner"))
+            .arg(common::runner_helper_path())
             .output()
             .unwrap();
         String::from_utf8_lossy(&out.stdout)

@@ -702,7 +702,7 @@ fn runner_on_perl_host(n: usize) -> anyhow::Result<(String, f64, Samples)> {
 }
 
 /// The helper (`swiftide-ssh-runner`, release build beside this binary: `cargo build
-/// --release --bin swiftide-ssh-runner`), as [`runner_on_perl_host`], on a host whose `PATH`
+/// --release -p swiftide-ssh-runner`), as [`runner_on_perl_host`], on a host whose `PATH`
 /// has no Perl or Python (only what its install needs).
 fn runner_helper_on_host(n: usize) -> anyhow::Result<(String, f64, Samples)> {
     let helper = std::env::current_exe()?
@@ -712,7 +712,7 @@ fn runner_helper_on_host(n: usize) -> anyhow::Result<(String, f64, Samples)> {
         .context("no target directory")?;
     let binary = std::fs::read(&helper).with_context(|| {
         format!(
-            "{} (build it: cargo build --release --bin swiftide-ssh-runner)",
+            "{} (build it: cargo build --release -p swiftide-ssh-runner)",
             helper.display()
         )
     })?;

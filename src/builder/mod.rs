@@ -448,7 +448,7 @@ impl SshExecutorBuilder {
 
     /// A native runner to install on hosts and try before Python and Perl: the bytes of this
     /// crate's `swiftide-ssh-runner` binary, built for the hosts' architecture (e.g.
-    /// `cargo build --release --bin swiftide-ssh-runner --target x86_64-unknown-linux-musl`,
+    /// `cargo build --release -p swiftide-ssh-runner --target x86_64-unknown-linux-musl`,
     /// a static binary). Defaults to none.
     ///
     /// The first connection to a host copies it over the runner's channel to
@@ -601,17 +601,6 @@ impl SshExecutorBuilder {
         let executor = self.build_lazy()?;
         executor.warm_up().await?;
         Ok(executor)
-    }
-
-    /// [`build_lazy`](Self::build_lazy) for a member of a [`Fleet`](crate::Fleet): one
-    /// session per command unless the template chose a [`Runner`] (or `SWIFTIDE_SSH_RUNNER`
-    /// does), because a fleet usually runs one command per host, for which a resident
-    /// runner's start is one exec more, not one fewer.
-    pub(crate) fn build_fleet_member(mut self) -> Result<SshExecutor> {
-        if self.runner.is_none() && std::env::var_os("SWIFTIDE_SSH_RUNNER").is_none() {
-            self.runner = Some(Runner::PerExec);
-        }
-        self.build_lazy()
     }
 
     /// Validates the settings without connecting; the first command connects.

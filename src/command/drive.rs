@@ -226,11 +226,11 @@ pub(crate) fn launch(inner: &Arc<Pool>, request: ExecRequest, input: Option<Inpu
     let (kill_tx, kill_rx) = oneshot::channel::<()>();
     let budget = Arc::new(tokio::sync::Semaphore::new(OUTPUT_BUDGET));
     let gate = Arc::new(StartGate::default());
-    // The driver's events belong to the caller's command span, and its dials follow the
-    // caller's policy (a fleet's fail at once when refused).
+    // The driver's events belong to the caller's command span, and it follows the caller's
+    // attempt policy (a fleet's dials fail at once when refused, and start no runner).
     // Boxed before it is wrapped: the driver's future is large, and a debug build's stack
     // would hold it once more inside the wrapper.
-    tokio::spawn(crate::pool::keeping_dial_policy(Box::pin(
+    tokio::spawn(crate::pool::keeping_attempt_policy(Box::pin(
         drive(
             inner.clone(),
             request,
@@ -1068,6 +1068,13 @@ async fn drive_on_runner(
                     }
                 }
                 Some(Frame::Ended(status)) => return Attempt::Done(Ok(status)),
+                Some(Frame::Fault(reason)) => {
+                    return Attempt::Done(Err(Error::RunnerFault {
+                        host: config.host.clone(),
+                        port: config.port,
+                        reason,
+                    }));
+                }
                 None => {
                     // The runner's channel closed under the command.
                     let session = slot.session.clone();

@@ -19,6 +19,8 @@ pub enum Runner {
     /// A resident runner where the host can start one (the helper runs, or the account's
     /// `PATH` has `python3` or `perl`),
     /// else one session per command, silently: the results are the same either way.
+    /// A [`Fleet`](crate::Fleet)'s work on a host starts none (one already running on the
+    /// connection is used): one command, or a few, per host cost less per exec.
     #[default]
     Auto,
     /// A resident runner or nothing: a command that could use it fails with

@@ -24,7 +24,7 @@ use crate::{
     config::limit,
     error::Result,
     executor::SshExecutor,
-    pool::dials_failing_fast,
+    pool::fleet_attempt,
 };
 
 /// An operation's result with `status` and `summary` as its standard output.
@@ -183,7 +183,7 @@ impl Fleet {
                         // A refused or unresolvable host fails at once, as with ssh: the
                         // fleet's own retries are the explicit way to wait for one.
                         let outcome =
-                            dials_failing_fast(Box::pin(attempt_once(index, executor, tx.clone())))
+                            fleet_attempt(Box::pin(attempt_once(index, executor, tx.clone())))
                                 .await;
                         let status = HostStatus::of(&outcome);
                         if status.is_retryable()

@@ -440,7 +440,7 @@ impl Fleet {
     ) -> Result<Self> {
         let members = hosts
             .into_iter()
-            .map(|host| template.clone().host(host).build_fleet_member())
+            .map(|host| template.clone().host(host).build_lazy())
             .collect::<Result<Vec<_>>>()?;
         Ok(Self::new(members))
     }
@@ -477,7 +477,7 @@ impl Fleet {
                 builder = builder.port(port);
             }
             let name = line.split('#').next().unwrap_or_default().trim().to_owned();
-            members.push((name, builder.build_fleet_member()?));
+            members.push((name, builder.build_lazy()?));
         }
         Ok(Self::named(members))
     }
@@ -515,7 +515,7 @@ impl Fleet {
                 for warning in warnings {
                     tracing::warn!("inventory: {warning}");
                 }
-                Ok((host.name.clone(), builder.build_fleet_member()?))
+                Ok((host.name.clone(), builder.build_lazy()?))
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Self::named(members))
@@ -535,7 +535,7 @@ impl Fleet {
             .into_iter()
             .map(|alias| {
                 let alias = alias.into();
-                let executor = config.resolve(&alias)?.to_builder()?.build_fleet_member()?;
+                let executor = config.resolve(&alias)?.to_builder()?.build_lazy()?;
                 Ok((alias, executor))
             })
             .collect::<Result<Vec<_>>>()?;

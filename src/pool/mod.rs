@@ -86,7 +86,9 @@ mod slot;
 mod startup;
 mod stats;
 
-pub(crate) use registry::{Counters, Registry, dials_failing_fast, keeping_dial_policy};
+pub(crate) use registry::{
+    Counters, Registry, fleet_attempt, in_fleet_attempt, keeping_attempt_policy,
+};
 pub(crate) use session::{ChannelCount, Running, Session, SpareKind, SparePlan};
 pub(crate) use slot::{LogSink, SlotManager, give_back, open_channel, wait_for_close};
 pub use stats::PoolStats;

@@ -291,7 +291,7 @@ impl Registry {
     /// (25 ms doubling to 1 s, ±50 % jitter so that many executors do not retry in step)
     /// until `connect_timeout` has passed since the first attempt; authentication and
     /// host-key refusals, bad settings and timeouts are not retried. Within
-    /// [`dials_failing_fast`], a TCP connect that fails (refused, reset, a name that does not
+    /// [`fleet_attempt`], a TCP connect that fails (refused, reset, a name that does not
     /// resolve) is not retried either.
     async fn dial(&self) -> Result<Arc<Session>> {
         let started = Instant::now();
@@ -340,7 +340,7 @@ impl Registry {
                 }));
             }
             let pause = delay.mul_f64(rand::random_range(0.5..1.5));
-            let fail_fast = matches!(error, Error::Connect { .. }) && failing_fast();
+            let fail_fast = matches!(error, Error::Connect { .. }) && in_fleet_attempt();
             if is_transient(&error)
                 && !fail_fast
                 && started.elapsed().saturating_add(pause) < self.config.connect_timeout
@@ -455,35 +455,44 @@ fn spawn_disconnect(session: Arc<Session>) {
 }
 
 tokio::task_local! {
-    /// Set around a fleet's attempt on one host ([`dials_failing_fast`]).
-    static DIALS_FAIL_FAST: bool;
+    /// Set around a fleet's attempt on one host ([`fleet_attempt`]).
+    static FLEET_ATTEMPT: bool;
 }
 
-/// Runs `work` with dials that do not retry a failed TCP connect.
+/// Runs `work` as one host's attempt in a fleet, which differs from a lone executor's work
+/// in two ways:
 ///
-/// A single executor rides through an sshd restart by retrying a refused connect until its
-/// connect timeout; a fleet wants the opposite: a host whose port refuses (or whose name does
-/// not resolve) is down, and reporting it takes what it takes `ssh`, not the connect timeout.
-/// Waiting for a rebooting host stays the fleet's explicit retries. Dials made in `work`'s
-/// task see it, and so do the tasks it starts through [`keeping_dial_policy`] (a command's
-/// driver, which dials the pool's first connection). The server dropping an accepted
-/// connection during the handshake (sshd's `MaxStartups`) is still retried.
-pub(crate) fn dials_failing_fast<F: std::future::Future>(
+/// * **Dials do not retry a failed TCP connect.** A single executor rides through an sshd
+///   restart by retrying a refused connect until its connect timeout; a fleet wants the
+///   opposite: a host whose port refuses (or whose name does not resolve) is down, and
+///   reporting it takes what it takes `ssh`, not the connect timeout. Waiting for a rebooting
+///   host stays the fleet's explicit retries. The server dropping an accepted connection
+///   during the handshake (sshd's `MaxStartups`) is still retried.
+/// * **No resident runner is started under [`Runner::Auto`](crate::Runner::Auto)** (one
+///   already running is used): a fleet runs one command, or a few, per host, for which a
+///   runner's start is one exec more, not one fewer (BENCHMARKS.md, the fleet rows).
+///   [`Runner::Resident`](crate::Runner::Resident) still starts one.
+///
+/// Work in `work`'s task sees it, and so do the tasks it starts through
+/// [`keeping_attempt_policy`] (a command's driver, which dials the pool's first connection
+/// and asks for the runner).
+pub(crate) fn fleet_attempt<F: std::future::Future>(
     work: F,
 ) -> impl std::future::Future<Output = F::Output> {
-    DIALS_FAIL_FAST.scope(true, work)
+    FLEET_ATTEMPT.scope(true, work)
 }
 
-/// `work` with the dial policy of the calling task, for a task spawned on its behalf.
-pub(crate) fn keeping_dial_policy<F: std::future::Future>(
+/// `work` with the attempt policy of the calling task, for a task spawned on its behalf.
+pub(crate) fn keeping_attempt_policy<F: std::future::Future>(
     work: F,
 ) -> impl std::future::Future<Output = F::Output> {
-    DIALS_FAIL_FAST.scope(failing_fast(), work)
+    FLEET_ATTEMPT.scope(in_fleet_attempt(), work)
 }
 
-fn failing_fast() -> bool {
-    DIALS_FAIL_FAST
-        .try_with(|fail_fast| *fail_fast)
+/// Whether the calling task is a fleet's attempt ([`fleet_attempt`]).
+pub(crate) fn in_fleet_attempt() -> bool {
+    FLEET_ATTEMPT
+        .try_with(|in_attempt| *in_attempt)
         .unwrap_or(false)
 }
 

@@ -263,6 +263,7 @@ case "${1:-all}" in
         ;;
     build)
         shift
+        # shellcheck disable=SC2086 # IMAGES is a space-separated list, split on purpose
         [ $# -gt 0 ] || set -- $IMAGES
         check_base_source
         with_lock

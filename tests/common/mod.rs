@@ -222,3 +222,40 @@ pub async fn http_get(addr: &str, path: &str) -> String {
         .await
         .expect("no HTTP response within 30 s")
 }
+
+/// The `swiftide-ssh-runner` helper (crate `runner/`), built for this machine in the
+/// profile of these tests. Another package's binary has no `CARGO_BIN_EXE_` here, so cargo
+/// is asked for it once per test process: a no-op after `cargo test --workspace`, which
+/// builds it already, and a build of the helper alone (std and rustix) otherwise.
+pub fn runner_helper_path() -> std::path::PathBuf {
+    static PATH: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        // This test binary is `<target>/<profile>/deps/<name>`.
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let profile_dir = exe
+            .parent()
+            .and_then(std::path::Path::parent)
+            .expect("<target>/<profile>");
+        let target_dir = profile_dir.parent().expect("<target>");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut build = std::process::Command::new(cargo);
+        build
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args(["build", "--quiet", "-p", "swiftide-ssh-runner", "--bin"])
+            .arg("swiftide-ssh-runner")
+            .arg("--target-dir")
+            .arg(target_dir);
+        if profile_dir.file_name() == Some(std::ffi::OsStr::new("release")) {
+            build.arg("--release");
+        }
+        let status = build.status().expect("cargo runs");
+        assert!(status.success(), "cargo could not build the runner helper");
+        profile_dir.join("swiftide-ssh-runner")
+    })
+    .clone()
+}
+
+/// The helper's bytes (see [`runner_helper_path`]).
+pub fn runner_helper() -> Vec<u8> {
+    std::fs::read(runner_helper_path()).expect("the runner helper")
+}

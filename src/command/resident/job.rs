@@ -58,18 +58,17 @@ impl RunnerJob<'_> {
     /// The `J` request's data.
     fn encode(&self) -> Vec<u8> {
         let millis = |duration: Duration| u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
-        let mut data = Vec::new();
-        data.extend_from_slice(&self.spool_cap.to_be_bytes());
-        // 0 is no deadline; a deadline of 0 ms is 1 ms, still one.
-        data.extend_from_slice(&self.deadline.map_or(0, |d| millis(d).max(1)).to_be_bytes());
-        let grace = u32::try_from(self.kill_grace.as_millis()).unwrap_or(u32::MAX);
-        data.extend_from_slice(&grace.to_be_bytes());
-        for field in [self.id.as_bytes(), self.spec, self.params, self.text] {
-            let len = u32::try_from(field.len()).unwrap_or(u32::MAX);
-            data.extend_from_slice(&len.to_be_bytes());
-            data.extend_from_slice(field);
+        swiftide_ssh_runner::Job {
+            spool_cap: self.spool_cap,
+            // 0 is no deadline; a deadline of 0 ms is 1 ms, still one.
+            deadline_ms: self.deadline.map_or(0, |d| millis(d).max(1)),
+            grace_ms: u32::try_from(self.kill_grace.as_millis()).unwrap_or(u32::MAX),
+            id: self.id.as_bytes(),
+            spec: self.spec,
+            params: self.params,
+            text: self.text,
         }
-        data
+        .encode()
     }
 }
 
@@ -107,7 +106,10 @@ pub(crate) async fn start_job(pool: &Arc<Pool>, job: &RunnerJob<'_>) -> RunnerJo
             return RunnerJobStart::Fallback("no runner on this connection".to_owned());
         }
     };
-    let Ok((id, frames)) = runner.send_routed(b'J', &job.encode()).await else {
+    let Ok((id, frames)) = runner
+        .send_routed(swiftide_ssh_runner::Kind::Job, &job.encode())
+        .await
+    else {
         return RunnerJobStart::Fallback("the runner's channel closed".to_owned());
     };
     pool.registry
@@ -145,7 +147,7 @@ async fn pump(
     let mut unacked = 0usize;
     while let Some(frame) = frames.recv().await {
         let Frame::Output(OutputChunk::Stdout(data)) = frame else {
-            if matches!(frame, Frame::Ended(_)) {
+            if matches!(frame, Frame::Ended(_) | Frame::Fault(_)) {
                 break;
             }
             continue;

@@ -10,12 +10,14 @@
 //! form's bootstrap (see `command::wrapper`):
 //!
 //! ```text
-//! exec python3 -c '<loader: read N bytes from stdin, exec them>'
+//! exec python3 -c '<loader: read N bytes from stdin, exec them>' NONCE spawn
 //! ```
 //!
 //! then the script (`runner.py`, a few KiB, standard library only) on stdin. It answers with
-//! a hello frame carrying a random nonce, its interpreter's version and its pid; whatever the
-//! login shell printed before it (rc files that talk) is skipped. Python 3.8 and later start
+//! a hello frame carrying the random nonce, its interpreter's version and its pid; whatever
+//! the login shell printed before it (rc files that talk) is skipped. The protocol, the
+//! scripts and the helper live in the `swiftide-ssh-runner` crate (`runner/PROTOCOL.md`),
+//! whose conformance suite drives every implementation over pipes. Python 3.8 and later start
 //! commands with `posix_spawn` (vfork: about 60 % of the server CPU of a fork). Without such
 //! a Python (the shell says "not found" and exits 127, or the script exits 127 on an older
 //! Python) the same runner in Perl (`runner.pl`, only modules of Debian's Essential
@@ -66,6 +68,7 @@ use std::{
 };
 
 use bytes::{Buf, Bytes, BytesMut};
+use swiftide_ssh_runner::{self as protocol, End, Kind, Run, RunFlags};
 use tokio::sync::mpsc;
 
 mod job;
@@ -105,25 +108,19 @@ impl Interpreter {
         Interpreter::PythonFork,
     ];
 
-    /// The runner's script, with its nonce. Sent on stdin at each start: nothing is left on
-    /// the host. (The helper is sent only when its copy on the host is missing or altered.)
-    fn script(self, nonce: &str) -> String {
-        let python = include_str!("runner.py");
+    /// The runner's script. Sent on stdin at each start: nothing is left on the host. (The
+    /// helper is sent only when its copy on the host is missing or altered.)
+    fn script(self) -> &'static str {
         match self {
-            Interpreter::Helper => String::new(),
-            Interpreter::PythonSpawn => {
-                format!("nonce = '{nonce}'\nrequire_spawn = True\n{python}")
-            }
-            Interpreter::Perl => format!("my $nonce = '{nonce}';\n{}", include_str!("runner.pl")),
-            Interpreter::PythonFork => {
-                format!("nonce = '{nonce}'\nrequire_spawn = False\n{python}")
-            }
+            Interpreter::Helper => "",
+            Interpreter::PythonSpawn | Interpreter::PythonFork => protocol::PYTHON,
+            Interpreter::Perl => protocol::PERL,
         }
     }
 
     /// The program that starts the runner: it reads `len` bytes of script from stdin and
-    /// runs them. Login-shell neutral (no `'`, `\`, `!` or newline), so that every login
-    /// shell passes it through single quotes unchanged.
+    /// runs them (with the arguments after it). Login-shell neutral (no `'`, `\`, `!` or
+    /// newline), so that every login shell passes it through single quotes unchanged.
     fn loader(self, len: usize) -> String {
         match self {
             Interpreter::Helper => String::new(),
@@ -140,16 +137,16 @@ impl Interpreter {
         }
     }
 
-    /// The exec request.
-    fn request(self, len: usize) -> String {
+    /// The exec request: the loader, then the script's arguments (see PROTOCOL.md,
+    /// "Starting").
+    fn request(self, len: usize, nonce: &str) -> String {
         let program = self.loader(len);
         debug_assert!(crate::command::wrapper::is_neutral(&program));
         match self {
             Interpreter::Helper => String::new(),
-            Interpreter::Perl => format!("exec perl -e '{program}'"),
-            Interpreter::PythonSpawn | Interpreter::PythonFork => {
-                format!("exec python3 -c '{program}'")
-            }
+            Interpreter::Perl => format!("exec perl -e '{program}' {nonce}"),
+            Interpreter::PythonSpawn => format!("exec python3 -c '{program}' {nonce} spawn"),
+            Interpreter::PythonFork => format!("exec python3 -c '{program}' {nonce} fork"),
         }
     }
 }
@@ -227,6 +224,8 @@ pub(crate) enum Frame {
     Started(u32),
     Output(OutputChunk),
     Ended(ExitStatus),
+    /// The runner could not take the request (see PROTOCOL.md, "Faults"): nothing ran.
+    Fault(String),
 }
 
 /// A connection's runner.
@@ -283,6 +282,12 @@ pub(crate) async fn runner_for(
         return Choice::Use(runner);
     }
     *current = None;
+    if config.runner == Runner::Auto && pool::in_fleet_attempt() {
+        // A fleet's one command (or few) per host: a runner's start would cost more than it
+        // saves (see `pool::fleet_attempt`). Not refused: the connection's later work may
+        // start one.
+        return Choice::PerExec;
+    }
     match start(session, config, counters).await {
         Start::Ready(runner) => {
             counters.runners_started.fetch_add(1, Ordering::Relaxed);
@@ -339,7 +344,7 @@ async fn start_with(
             Err(error) => return Start::Retry(error),
         };
     let nonce = format!("swiftide-runner-{:016x}", rand::random::<u64>());
-    let script = interpreter.script(&nonce);
+    let script = interpreter.script();
     let helper = config
         .runner_helper
         .as_ref()
@@ -347,7 +352,7 @@ async fn start_with(
     let need = format!("swiftide-need-{:016x}", rand::random::<u64>());
     let request = match helper {
         Some(helper) => helper_request(&helper.sha256, helper.binary.len(), &nonce, &need),
-        None => interpreter.request(script.len()),
+        None => interpreter.request(script.len(), &nonce),
     };
     if let Err(source) = channel.exec(true, request.into_bytes()).await {
         return Start::Retry(Error::Ssh {
@@ -368,7 +373,7 @@ async fn start_with(
             let _ = tokio::io::AsyncWriteExt::write_all(&mut writer, &bytes).await;
         })
     }
-    let mut script_out = send(channel.make_writer(), Bytes::from(script.into_bytes()));
+    let mut script_out = send(channel.make_writer(), Bytes::from_static(script.as_bytes()));
     let mut helper_out = helper.map(|helper| (channel.make_writer(), helper));
     let mut stdout = BytesMut::new();
     let mut stderr = Vec::new();
@@ -380,8 +385,9 @@ async fn start_with(
                 match channel.wait().await {
                     Some(russh::ChannelMsg::Data { data }) => {
                         stdout.extend_from_slice(&data);
-                        if let Some(name) = find_hello(&mut stdout, &nonce) {
-                            return Some(name);
+                        if let Some((end, hello)) = protocol::find_hello(&stdout, &nonce) {
+                            stdout.advance(end);
+                            return Some(hello.name());
                         }
                         if helper_out.is_some()
                             && stdout
@@ -449,25 +455,6 @@ async fn start_with(
     }))
 }
 
-/// Finds the hello frame (`H`, id 0, "NONCE INTERPRETER VERSION PID") in what the runner's
-/// channel printed so far, drops everything up to its end and returns `INTERPRETER VERSION`.
-fn find_hello(stdout: &mut BytesMut, nonce: &str) -> Option<String> {
-    let at = stdout
-        .windows(nonce.len())
-        .position(|window| window == nonce.as_bytes())?;
-    let header = at.checked_sub(9)?;
-    let frame_len = u32::from_be_bytes(stdout.get(header + 5..header + 9)?.try_into().ok()?);
-    let end = at.checked_add(usize::try_from(frame_len).ok()?)?;
-    if stdout.get(header) != Some(&b'H') || stdout.len() < end {
-        return None;
-    }
-    let hello = String::from_utf8_lossy(&stdout[at + nonce.len()..end]).into_owned();
-    stdout.advance(end);
-    let mut words = hello.split_whitespace();
-    let name = format!("{} {}", words.next()?, words.next()?);
-    Some(name)
-}
-
 /// Reads the runner's frames and hands each to its request's driver, until the channel
 /// closes; then every request still routed hears nothing more (its sender is dropped).
 async fn read_frames(
@@ -475,20 +462,40 @@ async fn read_frames(
     mut buffer: BytesMut,
     routes: Arc<Mutex<Routes>>,
 ) {
-    loop {
-        while let Some((kind, id, data)) = next_frame(&mut buffer) {
-            let frame = match kind {
-                b'S' => std::str::from_utf8(&data)
+    'channel: loop {
+        loop {
+            let (header, data) = match protocol::next_frame(&buffer) {
+                Ok(Some((header, data))) => {
+                    // Copied out rather than split off: a split-off piece would keep the
+                    // buffer's whole allocation alive while it waits for a slow caller,
+                    // several times its own size.
+                    (header, Bytes::copy_from_slice(data))
+                }
+                Ok(None) => break,
+                Err(oversized) => {
+                    tracing::warn!(%oversized, "resident runner: unreadable frame; closing it");
+                    break 'channel;
+                }
+            };
+            buffer.advance(header.frame_len());
+            let id = header.id;
+            let frame = match Kind::from_byte(header.kind) {
+                Some(Kind::Started) => std::str::from_utf8(&data)
                     .ok()
                     .and_then(|pid| pid.parse().ok())
                     .map(Frame::Started),
-                b'O' => Some(Frame::Output(OutputChunk::Stdout(data))),
-                b'E' => Some(Frame::Output(OutputChunk::Stderr(data))),
-                b'X' => Some(Frame::Ended(parse_end(&data))),
+                Some(Kind::Stdout) => Some(Frame::Output(OutputChunk::Stdout(data))),
+                Some(Kind::Stderr) => Some(Frame::Output(OutputChunk::Stderr(data))),
+                Some(Kind::Ended) => Some(Frame::Ended(exit_status(&data))),
+                Some(Kind::Fault) => {
+                    let why = String::from_utf8_lossy(&data).into_owned();
+                    tracing::warn!(id, %why, "resident runner: fault");
+                    Some(Frame::Fault(why))
+                }
                 _ => None,
             };
             let Some(frame) = frame else { continue };
-            let ended = matches!(frame, Frame::Ended(_));
+            let ended = matches!(frame, Frame::Ended(_) | Frame::Fault(_));
             if let Ok(mut routes) = routes.lock() {
                 let sender = if ended {
                     routes.requests.remove(&id)
@@ -516,55 +523,25 @@ async fn read_frames(
     }
 }
 
-/// The next whole frame in `buffer`: its type, request id and data.
-fn next_frame(buffer: &mut BytesMut) -> Option<(u8, u32, Bytes)> {
-    let header = buffer.get(..9)?;
-    let kind = header[0];
-    let id = u32::from_be_bytes(header[1..5].try_into().ok()?);
-    let len = usize::try_from(u32::from_be_bytes(header[5..9].try_into().ok()?)).ok()?;
-    if buffer.len() < 9 + len {
-        return None;
-    }
-    // Copied out rather than split off: a split-off piece would keep the buffer's whole
-    // allocation alive while it waits for a slow caller, several times its own size.
-    let data = Bytes::copy_from_slice(buffer.get(9..9 + len)?);
-    buffer.advance(9 + len);
-    Some((kind, id, data))
-}
-
-/// `c CODE` or `s NAME CORE`, named as OpenSSH names signals in `exit-signal` (which names
-/// thirteen and calls the rest `SIG@openssh.com`).
-fn parse_end(data: &[u8]) -> ExitStatus {
-    let text = String::from_utf8_lossy(data);
-    let mut words = text.split_whitespace();
-    match (words.next(), words.next(), words.next()) {
-        (Some("c"), Some(code), _) => code.parse().map_or(ExitStatus::Unknown, ExitStatus::Code),
-        (Some("s"), Some(name), core) => {
+/// The end a runner reported, with signals named as OpenSSH names them in `exit-signal`
+/// (which names thirteen and calls the rest `SIG@openssh.com`).
+fn exit_status(data: &[u8]) -> ExitStatus {
+    match End::decode(data) {
+        Some(End::Code(code)) => u32::try_from(code).map_or(ExitStatus::Unknown, ExitStatus::Code),
+        Some(End::Signal { name, core_dumped }) => {
             const OPENSSH_NAMES: &[&str] = &[
                 "ABRT", "ALRM", "FPE", "HUP", "ILL", "INT", "KILL", "PIPE", "QUIT", "SEGV", "TERM",
                 "USR1", "USR2",
             ];
-            let name = if OPENSSH_NAMES.contains(&name) {
-                name.to_owned()
+            let name = if OPENSSH_NAMES.contains(&name.as_str()) {
+                name
             } else {
                 "SIG@openssh.com".to_owned()
             };
-            ExitStatus::Signal {
-                name,
-                core_dumped: core == Some("1"),
-            }
+            ExitStatus::Signal { name, core_dumped }
         }
-        _ => ExitStatus::Unknown,
+        None => ExitStatus::Unknown,
     }
-}
-
-fn frame(kind: u8, id: u32, data: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(9 + data.len());
-    out.push(kind);
-    out.extend_from_slice(&id.to_be_bytes());
-    out.extend_from_slice(&u32::try_from(data.len()).unwrap_or(u32::MAX).to_be_bytes());
-    out.extend_from_slice(data);
-    out
 }
 
 impl Resident {
@@ -583,26 +560,31 @@ impl Resident {
         request: &RunnerRequest,
         config: &Config,
     ) -> std::result::Result<(u32, mpsc::UnboundedReceiver<Frame>), ()> {
-        // The runner's flags: 1 kill on disconnect, 2 stdin from the request, 4 `/bin/sh`.
-        let flags = u8::from(config.kill_on_disconnect)
-            | if request.stdin.is_some() { 2 } else { 0 }
-            | if request.system_shell { 4 } else { 0 };
-        let grace = u32::try_from(config.kill_grace.as_millis()).unwrap_or(u32::MAX);
-        let text_len = u32::try_from(request.text.len()).map_err(|_| ())?;
-        let stdin = request.stdin.as_deref().unwrap_or_default();
-        let mut data = Vec::with_capacity(9 + request.text.len() + stdin.len());
-        data.push(flags);
-        data.extend_from_slice(&grace.to_be_bytes());
-        data.extend_from_slice(&text_len.to_be_bytes());
-        data.extend_from_slice(&request.text);
-        data.extend_from_slice(stdin);
-        self.send_routed(b'R', &data).await
+        let flags = [
+            (config.kill_on_disconnect, RunFlags::KILL_ON_DISCONNECT),
+            (request.stdin.is_some(), RunFlags::STDIN),
+            (request.system_shell, RunFlags::SYSTEM_SHELL),
+        ]
+        .into_iter()
+        .filter(|(set, _)| *set)
+        .fold(0, |flags, (_, flag)| flags | flag);
+        let run = Run {
+            flags: RunFlags(flags),
+            grace_ms: u32::try_from(config.kill_grace.as_millis()).unwrap_or(u32::MAX),
+            text: &request.text,
+            stdin: request.stdin.as_deref().unwrap_or_default(),
+        };
+        let data = run.encode();
+        if data.len() > protocol::MAX_DATA as usize {
+            return Err(());
+        }
+        self.send_routed(Kind::Run, &data).await
     }
 
     /// Sends a request of `kind` with `data`, routed like [`submit`](Self::submit)'s.
     async fn send_routed(
         &self,
-        kind: u8,
+        kind: Kind,
         data: &[u8],
     ) -> std::result::Result<(u32, mpsc::UnboundedReceiver<Frame>), ()> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -614,7 +596,7 @@ impl Resident {
             }
             routes.requests.insert(id, sender);
         }
-        if self.send(frame(kind, id, data)).await.is_err() {
+        if self.send(protocol::encode(kind, id, data)).await.is_err() {
             self.forget(id);
             return Err(());
         }
@@ -623,13 +605,18 @@ impl Resident {
 
     /// Asks the runner to kill request `id`'s group (SIGTERM, grace, SIGKILL).
     pub(crate) async fn kill(&self, id: u32) {
-        let _ = self.send(frame(b'K', id, b"")).await;
+        let _ = self.send(protocol::encode(Kind::Kill, id, b"")).await;
     }
 
     /// Tells the runner that `bytes` of request `id`'s output were taken.
     pub(crate) async fn ack(&self, id: u32, bytes: usize) {
-        let bytes = u32::try_from(bytes).unwrap_or(u32::MAX);
-        let _ = self.send(frame(b'A', id, &bytes.to_be_bytes())).await;
+        let _ = self
+            .send(protocol::encode(
+                Kind::Ack,
+                id,
+                &protocol::encode_ack(bytes),
+            ))
+            .await;
     }
 
     /// Stops routing request `id`'s frames (its driver gave up on it).
@@ -679,46 +666,22 @@ mod tests {
     }
 
     #[test]
-    fn frames_are_split_at_their_lengths() {
-        let mut buffer = BytesMut::new();
-        buffer.extend_from_slice(&frame(b'O', 7, b"abc"));
-        buffer.extend_from_slice(&frame(b'X', 7, b"c 0")[..5]);
-        let (kind, id, data) = next_frame(&mut buffer).expect("a whole frame");
-        assert_eq!((kind, id, &data[..]), (b'O', 7, &b"abc"[..]));
-        assert!(next_frame(&mut buffer).is_none());
-    }
-
-    #[test]
     fn ends_are_named_as_openssh_names_them() {
-        assert_eq!(parse_end(b"c 3"), ExitStatus::Code(3));
+        assert_eq!(exit_status(b"c 3"), ExitStatus::Code(3));
         assert_eq!(
-            parse_end(b"s TERM 0"),
+            exit_status(b"s TERM 0"),
             ExitStatus::Signal {
                 name: "TERM".into(),
                 core_dumped: false
             }
         );
         assert_eq!(
-            parse_end(b"s BUS 1"),
+            exit_status(b"s BUS 1"),
             ExitStatus::Signal {
                 name: "SIG@openssh.com".into(),
                 core_dumped: true
             }
         );
-        assert_eq!(parse_end(b"?"), ExitStatus::Unknown);
-    }
-
-    #[test]
-    fn the_hello_is_found_after_login_chatter() {
-        let nonce = "swiftide-runner-00000000000000aa";
-        let mut buffer = BytesMut::from(&b"welcome to the host\n"[..]);
-        let hello = format!("{nonce} perl 5.036000 4242");
-        buffer.extend_from_slice(&frame(b'H', 0, hello.as_bytes()));
-        buffer.extend_from_slice(b"S");
-        assert_eq!(
-            find_hello(&mut buffer, nonce).as_deref(),
-            Some("perl 5.036000")
-        );
-        assert_eq!(&buffer[..], b"S");
+        assert_eq!(exit_status(b"?"), ExitStatus::Unknown);
     }
 }

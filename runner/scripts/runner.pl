@@ -1,18 +1,19 @@
-# The resident runner of swiftide-ssh-executor (see src/command/resident/mod.rs): one per
-# connection, it runs the executor's commands as requests framed on its stdin and sends
+# The resident runner of swiftide-ssh-executor in Perl 5: the protocol of PROTOCOL.md
+# (beside this folder), as runner.py and the helper speak it; no jobs (`J` is a fault). One
+# per connection, it runs the executor's commands as requests framed on its stdin and sends
 # their output, process groups and ends back framed on its stdout. Uses only modules of
 # Debian's Essential perl-base (strict, warnings, POSIX, Fcntl, and Config for signal names).
 #
-# A frame is a type byte, a request id and a length (both 32-bit big-endian), then the data.
-#   client -> runner: R (run: flags u8, grace ms u32, text length u32, text, stdin bytes),
-#                     K (kill the request's group), A (acknowledge u32 output bytes)
-#   runner -> client: H (hello, id 0), S (started: the group id; with the first output or
-#                     the end, or after 2 ms), O and E (stdout, stderr),
-#                     X (ended: "c CODE" or "s NAME CORE", after both pipes closed)
+#   perl runner.pl NONCE
+#
+# The executor sends this file to `perl -e LOADER NONCE` on stdin; by hand it runs as above,
+# reading frames on stdin.
 use strict;
 use warnings;
 use POSIX ();
 use Fcntl ();
+
+my $nonce = defined $ARGV[0] ? $ARGV[0] : '';
 
 $SIG{PIPE} = 'IGNORE';
 # A leader's end interrupts the wait (the handler itself has nothing to do).
@@ -27,6 +28,7 @@ binmode STDOUT;
 # A request's bytes sent and not yet acknowledged, past which its pipes wait: the client's
 # caller reads slowly, and the other requests on this channel must not wait for it.
 my $window = 4 * 1024 * 1024;
+my $max_data = 64 * 1024 * 1024;
 my $EINTR = POSIX::EINTR();
 my $EAGAIN = POSIX::EAGAIN();
 
@@ -71,9 +73,22 @@ sub disconnected {
     POSIX::_exit(0);
 }
 
+sub fault {
+    my ($id, $why) = @_;
+    put('F', $id, $why);
+}
+
 sub start {
     my ($id, $data) = @_;
+    if (length($data) < 9) {
+        return fault($id, 'a run request of ' . length($data) . ' bytes is too short');
+    }
     my ($flags, $grace, $len) = unpack('CNN', $data);
+    if (9 + $len > length $data) {
+        return fault($id, "a run request's text of $len bytes runs past its "
+            . length($data) . ' bytes');
+    }
+    return fault($id, "request $id is running already") if exists $req{$id};
     my $text = substr($data, 9, $len);
     my $input = substr($data, 9 + $len);
     my ($or, $ow, $er, $ew, $ir, $iw);
@@ -202,8 +217,13 @@ sub request {
     } elsif ($type eq 'K') {
         stop($id);
     } elsif ($type eq 'A') {
+        return fault($id, 'an ack of ' . length($data) . ' bytes, not 4') if length($data) != 4;
         my $r = $req{$id} or return;
         $r->{unacked} -= unpack('N', $data);
+    } elsif ($type eq 'J') {
+        fault($id, 'the Perl runner starts no jobs');
+    } else {
+        fault($id, sprintf('unknown request kind 0x%02x', ord $type));
     }
 }
 
@@ -264,6 +284,12 @@ while (1) {
         }
         while (length($inbuf) >= 9) {
             my ($type, $id, $len) = unpack('aNN', $inbuf);
+            if ($len > $max_data) {
+                # Nothing after it can be framed: end as on a disconnect.
+                fault(0, "a frame of $len bytes is over the limit of $max_data");
+                flush();
+                disconnected();
+            }
             last if length($inbuf) < 9 + $len;
             my $data = substr($inbuf, 9, $len);
             substr($inbuf, 0, 9 + $len) = '';

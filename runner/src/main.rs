@@ -1,18 +1,18 @@
-//! The resident runner as a native program: the helper that
-//! [`SshExecutorBuilder::runner_helper`](swiftide_ssh_executor::SshExecutorBuilder::runner_helper)
-//! installs on hosts, where it is tried before Python and Perl. It speaks the protocol of
-//! `src/command/resident/runner.py` (see `src/command/resident/mod.rs`): `R` runs a command,
+//! The resident runner as a native program: the helper that swiftide-ssh-executor's
+//! `SshExecutorBuilder::runner_helper` installs on hosts, where it is tried before Python and
+//! Perl. It speaks the protocol of `PROTOCOL.md` (this crate's library): `R` runs a command,
 //! `K` kills its group, `A` acknowledges output; it answers `H` (hello), `S` (the group),
-//! `O`/`E` (output) and `X` (the end). Jobs (`J`) stay with Python's supervisor or the shell
-//! start.
+//! `O`/`E` (output), `X` (the end) and `F` (a request it cannot take, jobs among them: they
+//! stay with Python's supervisor or the shell start).
 //!
 //! Safe Rust only: commands start with `std::process::Command` (`posix_spawn` where it can)
 //! in a process group of their own (`process_group(0)`; not a session of their own, which
 //! std has no safe way to ask for), with `SIGPIPE` at its default as std leaves it.
 //!
-//! Run this program only through the executor: it reads frames on stdin. Build it for the
-//! hosts' architecture, e.g. `cargo build --release --bin swiftide-ssh-runner --target
-//! x86_64-unknown-linux-musl`, for a copy that needs no particular C library on the host.
+//! It reads frames on stdin (`swiftide-ssh-runner NONCE`). Build it for the hosts'
+//! architecture, e.g. `cargo build --release -p swiftide-ssh-runner --target
+//! x86_64-unknown-linux-musl`, for a copy that needs no particular C library on the host;
+//! it needs std and rustix only.
 
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -28,11 +28,13 @@ use rustix::{
     event::{PollFd, PollFlags, Timespec, poll},
     process::{Pid, Signal, kill_process_group},
 };
+use swiftide_ssh_runner::{
+    ANNOUNCE_AFTER_MS, End, Hello, Kind, Run, RunFlags, WINDOW, decode_ack, encode_into,
+    next_frame, signal_name,
+};
 
-/// Output a request may have unacknowledged before its pipes wait (as runner.py).
-const WINDOW: usize = 4 * 1024 * 1024;
-/// How soon a command's group is announced without output (as runner.py).
-const ANNOUNCE_AFTER: Duration = Duration::from_millis(2);
+/// How soon a command's group is announced without output.
+const ANNOUNCE_AFTER: Duration = Duration::from_millis(ANNOUNCE_AFTER_MS);
 /// How often a leader's end is checked for while nothing else wakes the loop: std keeps no
 /// `SIGCHLD` handler, so the loop polls `waitpid` where an end is awaited.
 const REAP_EVERY: Duration = Duration::from_millis(1);
@@ -69,30 +71,15 @@ struct Runner {
     requests: HashMap<u32, Request>,
 }
 
-fn frame(out: &mut Vec<u8>, kind: u8, id: u32, data: &[u8]) {
-    out.push(kind);
-    out.extend_from_slice(&id.to_be_bytes());
-    out.extend_from_slice(&u32::try_from(data.len()).unwrap_or(u32::MAX).to_be_bytes());
-    out.extend_from_slice(data);
-}
-
-/// `c CODE` or `s NAME CORE`, as runner.py says it.
-fn end_of(status: ExitStatus) -> Vec<u8> {
-    const NAMES: [&str; 31] = [
-        "HUP", "INT", "QUIT", "ILL", "TRAP", "ABRT", "BUS", "FPE", "KILL", "USR1", "SEGV", "USR2",
-        "PIPE", "ALRM", "TERM", "STKFLT", "CHLD", "CONT", "STOP", "TSTP", "TTIN", "TTOU", "URG",
-        "XCPU", "XFSZ", "VTALRM", "PROF", "WINCH", "IO", "PWR", "SYS",
-    ];
+/// How `status` ended, as the protocol says it.
+fn end_of(status: ExitStatus) -> End {
     match (status.code(), status.signal()) {
-        (Some(code), _) => format!("c {code}").into_bytes(),
-        (None, Some(number)) => {
-            let name = usize::try_from(number - 1)
-                .ok()
-                .and_then(|index| NAMES.get(index))
-                .map_or_else(|| number.to_string(), |name| (*name).to_owned());
-            format!("s {name} {}", u8::from(status.core_dumped())).into_bytes()
-        }
-        (None, None) => b"c 255".to_vec(),
+        (Some(code), _) => End::Code(code),
+        (None, Some(number)) => End::Signal {
+            name: signal_name(number).map_or_else(|| number.to_string(), str::to_owned),
+            core_dumped: status.core_dumped(),
+        },
+        (None, None) => End::Code(255),
     }
 }
 
@@ -123,33 +110,32 @@ impl Runner {
         std::process::exit(0)
     }
 
+    /// Answers request `id` with a fault: it did nothing.
+    fn fault(&mut self, id: u32, why: &str) {
+        encode_into(&mut self.out, Kind::Fault, id, why.as_bytes());
+    }
+
     fn start(&mut self, id: u32, data: &[u8]) {
-        let (Some(&flags), Some(grace), Some(length)) = (
-            data.first(),
-            data.get(1..5)
-                .and_then(|b| b.try_into().ok())
-                .map(u32::from_be_bytes),
-            data.get(5..9)
-                .and_then(|b| b.try_into().ok())
-                .map(u32::from_be_bytes),
-        ) else {
-            return;
+        let run = match Run::decode(data) {
+            Ok(run) => run,
+            Err(why) => return self.fault(id, &why),
         };
-        let length = usize::try_from(length).unwrap_or(usize::MAX);
-        let (Some(text), Some(stdin)) = (
-            data.get(9..9usize.saturating_add(length)),
-            data.get(9usize.saturating_add(length)..),
-        ) else {
-            return;
+        if self.requests.contains_key(&id) {
+            return self.fault(id, &format!("request {id} is running already"));
+        }
+        let (flags, text, stdin) = (run.flags, run.text, run.stdin);
+        let shell = if flags.has(RunFlags::SYSTEM_SHELL) {
+            "/bin/sh"
+        } else {
+            "sh"
         };
-        let shell = if flags & 4 != 0 { "/bin/sh" } else { "sh" };
         let mut command = Command::new(shell);
         command
             .arg0("sh")
             .arg("-c")
             .arg(std::ffi::OsStr::from_bytes_compat(text))
             .process_group(0)
-            .stdin(if flags & 2 != 0 {
+            .stdin(if flags.has(RunFlags::STDIN) {
                 Stdio::piped()
             } else {
                 Stdio::null()
@@ -160,8 +146,8 @@ impl Runner {
             Ok(child) => child,
             Err(error) => {
                 let message = format!("swiftide-ssh runner: cannot start the command: {error}\n");
-                frame(&mut self.out, b'E', id, message.as_bytes());
-                frame(&mut self.out, b'X', id, b"c 127");
+                encode_into(&mut self.out, Kind::Stderr, id, message.as_bytes());
+                encode_into(&mut self.out, Kind::Ended, id, &End::Code(127).encode());
                 return;
             }
         };
@@ -178,8 +164,8 @@ impl Runner {
             leader,
             stdin,
             unacked: 0,
-            kill_on_disconnect: flags & 1 != 0,
-            grace: Duration::from_millis(u64::from(grace)),
+            kill_on_disconnect: flags.has(RunFlags::KILL_ON_DISCONNECT),
+            grace: Duration::from_millis(u64::from(run.grace_ms)),
             status: None,
             term_at: None,
             killed: false,
@@ -193,7 +179,7 @@ impl Runner {
             && request.announce_at.take().is_some()
         {
             let group = request.leader.id().to_string();
-            frame(&mut self.out, b'S', id, group.as_bytes());
+            encode_into(&mut self.out, Kind::Started, id, group.as_bytes());
         }
     }
 
@@ -245,25 +231,25 @@ impl Runner {
             if let Some(request) = self.requests.remove(&id)
                 && let Some(status) = request.status
             {
-                frame(&mut self.out, b'X', id, &end_of(status));
+                encode_into(&mut self.out, Kind::Ended, id, &end_of(status).encode());
             }
         }
     }
 
     fn request(&mut self, kind: u8, id: u32, data: &[u8]) {
-        match kind {
-            b'R' => self.start(id, data),
-            b'K' => self.stop(id),
-            b'A' => {
-                if let (Some(request), Some(bytes)) = (
-                    self.requests.get_mut(&id),
-                    data.get(..4).and_then(|b| b.try_into().ok()),
-                ) {
-                    let bytes = usize::try_from(u32::from_be_bytes(bytes)).unwrap_or(0);
-                    request.unacked = request.unacked.saturating_sub(bytes);
+        match Kind::from_byte(kind) {
+            Some(Kind::Run) => self.start(id, data),
+            Some(Kind::Kill) => self.stop(id),
+            Some(Kind::Ack) => match decode_ack(data) {
+                Ok(bytes) => {
+                    if let Some(request) = self.requests.get_mut(&id) {
+                        request.unacked = request.unacked.saturating_sub(bytes);
+                    }
                 }
-            }
-            _ => {}
+                Err(why) => self.fault(id, &why),
+            },
+            Some(Kind::Job) => self.fault(id, "the helper starts no jobs"),
+            _ => self.fault(id, &format!("unknown request kind 0x{kind:02x}")),
         }
     }
 }
@@ -294,12 +280,12 @@ fn main() {
         out: Vec::new(),
         requests: HashMap::new(),
     };
-    let hello = format!(
-        "{nonce} helper {} {}",
-        env!("CARGO_PKG_VERSION"),
-        std::process::id()
-    );
-    frame(&mut runner.out, b'H', 0, hello.as_bytes());
+    let hello = Hello {
+        implementation: "helper".to_owned(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        pid: std::process::id(),
+    };
+    encode_into(&mut runner.out, Kind::Hello, 0, &hello.encode(&nonce));
     runner.flush();
     let mut input = std::io::stdin().lock();
     let mut inbuf: Vec<u8> = Vec::new();
@@ -403,21 +389,24 @@ fn main() {
                     }
                     Ok(n) => {
                         inbuf.extend_from_slice(chunk.get(..n).unwrap_or_default());
-                        while let Some(header) = inbuf.get(..9) {
-                            let kind = header[0];
-                            let id =
-                                u32::from_be_bytes([header[1], header[2], header[3], header[4]]);
-                            let len =
-                                u32::from_be_bytes([header[5], header[6], header[7], header[8]]);
-                            let end =
-                                9usize.saturating_add(usize::try_from(len).unwrap_or(usize::MAX));
-                            let Some(data) = inbuf.get(9..end) else {
-                                break;
-                            };
-                            let data = data.to_vec();
-                            inbuf.drain(..end);
-                            runner.request(kind, id, &data);
+                        let mut taken = 0;
+                        loop {
+                            match next_frame(inbuf.get(taken..).unwrap_or_default()) {
+                                Ok(Some((header, data))) => {
+                                    let data = data.to_vec();
+                                    taken += header.frame_len();
+                                    runner.request(header.kind, header.id, &data);
+                                }
+                                Ok(None) => break,
+                                Err(oversized) => {
+                                    // Nothing after it can be framed: end as on a disconnect.
+                                    runner.fault(0, &oversized.to_string());
+                                    runner.flush();
+                                    runner.disconnected();
+                                }
+                            }
                         }
+                        inbuf.drain(..taken);
                     }
                 },
                 Slot::Stdin(id) => {
@@ -468,12 +457,12 @@ fn main() {
                             request.unacked += n;
                             let data = chunk.get(..n).unwrap_or_default().to_vec();
                             runner.announce(id);
-                            frame(
-                                &mut runner.out,
-                                if is_stdout { b'O' } else { b'E' },
-                                id,
-                                &data,
-                            );
+                            let kind = if is_stdout {
+                                Kind::Stdout
+                            } else {
+                                Kind::Stderr
+                            };
+                            encode_into(&mut runner.out, kind, id, &data);
                             if runner.out.len() >= 65536 {
                                 runner.flush();
                             }

@@ -1,9 +1,13 @@
-# The resident runner of swiftide-ssh-executor in Python 3: the same protocol and behaviour
-# as runner.pl (see it, and src/command/resident/mod.rs). Standard library only; Python 3.5
-# or later. Commands start with posix_spawn (vfork) on Python 3.8 and later, else with fork.
-# Only this runner starts jobs (`J`, see `supervise`); the client sends none to runner.pl.
-# The client prepends `nonce` and `require_spawn`.
-import errno
+# The resident runner of swiftide-ssh-executor in Python 3: the protocol of PROTOCOL.md
+# (beside this folder), as runner.pl and the helper speak it. Standard library only; Python
+# 3.5 or later. Only this runner starts jobs (`J`, see `supervise`).
+#
+#   python3 runner.py NONCE spawn   commands start with posix_spawn (vfork); exit 127 where
+#                                   this Python has none with setsid (before 3.8)
+#   python3 runner.py NONCE fork    commands start with fork and exec
+#
+# The executor sends this file to `python3 -c LOADER NONCE MODE` on stdin; by hand it runs
+# as above, reading frames on stdin.
 import os
 import select
 import signal
@@ -14,13 +18,16 @@ import time
 # Python ignores these for itself; commands get the default, as from sshd.
 RESTORED = [s for s in ("SIGPIPE", "SIGXFSZ") if hasattr(signal, s)]
 DEFAULTS = [getattr(signal, s) for s in RESTORED]
+nonce = sys.argv[1] if len(sys.argv) > 1 else ""
+mode = sys.argv[2] if len(sys.argv) > 2 else "spawn"
 # posix_spawn with a new session: Python 3.8 and later.
-SPAWN = hasattr(os, "posix_spawnp") and sys.version_info >= (3, 8)
-if require_spawn and not SPAWN:
+SPAWN = mode != "fork" and hasattr(os, "posix_spawnp") and sys.version_info >= (3, 8)
+if mode == "spawn" and not SPAWN:
     # The client tries Perl next, whose fork is cheaper than this Python's.
     sys.stderr.write("python %d.%d has no posix_spawn with setsid\n" % sys.version_info[:2])
     sys.exit(127)
 WINDOW = 4 * 1024 * 1024
+MAX_DATA = 64 * 1024 * 1024
 out = bytearray()
 req = {}       # id -> dict(pid, open, unacked, kod, grace, status, term_at, killed, stdin, announce_at, job)
 by_pid = {}    # leader pid -> id
@@ -115,8 +122,19 @@ def spawn(shell, text, fd0, fd1, fd2):
     return pid
 
 
+def fault(rid, why):
+    put(b"F", rid, why.encode())
+
+
 def start(rid, data):
+    if len(data) < 9:
+        return fault(rid, "a run request of %d bytes is too short" % len(data))
     flags, grace, length = struct.unpack(">BII", data[:9])
+    if 9 + length > len(data):
+        return fault(rid, "a run request's text of %d bytes runs past its %d bytes"
+                     % (length, len(data)))
+    if rid in req:
+        return fault(rid, "request %d is running already" % rid)
     text = bytes(data[9:9 + length])
     stdin = bytes(data[9 + length:])
     shell = "/bin/sh" if flags & 4 else "sh"
@@ -150,7 +168,32 @@ def track(rid, pid, kod, grace, announce_at, pipes, job=False):
         reading[fd] = (rid, kind)
 
 
+def parse_job(data):
+    """A job request's cap, deadline, grace and its four fields (id, spec, params, text);
+    raises ValueError when it does not parse."""
+    if len(data) < 20:
+        raise ValueError("a job request of %d bytes is too short" % len(data))
+    cap, deadline, grace = struct.unpack(">QQI", data[:20])
+    fields = []
+    at = 20
+    for _ in range(4):
+        if at + 4 > len(data):
+            raise ValueError("a job request's fields run past its %d bytes" % len(data))
+        (length,) = struct.unpack(">I", data[at:at + 4])
+        if at + 4 + length > len(data):
+            raise ValueError("a job request's fields run past its %d bytes" % len(data))
+        fields.append(bytes(data[at + 4:at + 4 + length]))
+        at += 4 + length
+    return (cap, deadline, grace) + tuple(fields)
+
+
 def start_job(rid, data):
+    if rid in req:
+        return fault(rid, "request %d is running already" % rid)
+    try:
+        job = parse_job(data)
+    except ValueError as error:
+        return fault(rid, str(error))
     # A job (see src/command/resident/job.rs): a supervisor, forked and detached, starts and
     # spools it; what it says (its answer, the spooled output, the end) comes back on a pipe
     # as this request's stdout. Never killed from here: it outlives the connection.
@@ -167,7 +210,7 @@ def start_job(rid, data):
         # ends the job. This first child exits at once, and the runner reaps it.
         try:
             if os.fork() == 0:
-                supervise(m_w, data)
+                supervise(m_w, job)
         finally:
             os._exit(0)
     os.close(m_w)
@@ -325,20 +368,13 @@ class Mirror(object):
             os.close(3)
 
 
-def supervise(mirror_fd, data):
+def supervise(mirror_fd, job):
     """A job's supervisor: the forked child of the runner, in a session of its own. It lays
     out the job's directory as the shell start does (src/jobs/script.rs), starts the command,
     spools its output with the cap, keeps the records and the deadline, and says what it did
     on fd 3. Any doubt before the job runs answers `fallback`: the client then runs the shell
     start, which decides every such case as before."""
-    cap, deadline, grace = struct.unpack(">QQI", data[:20])
-    fields = []
-    at = 20
-    for _ in range(4):
-        (length,) = struct.unpack(">I", data[at:at + 4])
-        fields.append(bytes(data[at + 4:at + 4 + length]))
-        at += 4 + length
-    jid, spec, params, text = fields
+    cap, deadline, grace, jid, spec, params, text = job
     os.setsid()
     signal.set_wakeup_fd(-1)
     del out[:]
@@ -578,8 +614,13 @@ def request(kind, rid, data):
         start_job(rid, data)
     elif kind == b"K":
         stop(rid)
-    elif kind == b"A" and rid in req:
-        req[rid]["unacked"] -= struct.unpack(">I", data[:4])[0]
+    elif kind == b"A":
+        if len(data) != 4:
+            fault(rid, "an ack of %d bytes, not 4" % len(data))
+        elif rid in req:
+            req[rid]["unacked"] -= struct.unpack(">I", data)[0]
+    else:
+        fault(rid, "unknown request kind 0x%02x" % ord(kind))
 
 
 put(b"H", 0, ("%s python %d.%d.%d %d" % ((nonce,) + tuple(sys.version_info[:3]) + (os.getpid(),))).encode())
@@ -631,6 +672,11 @@ while True:
             inbuf.extend(got)
         while len(inbuf) >= 9:
             kind, rid, length = struct.unpack(">cII", bytes(inbuf[:9]))
+            if length > MAX_DATA:
+                # Nothing after it can be framed: end as on a disconnect.
+                fault(0, "a frame of %d bytes is over the limit of %d" % (length, MAX_DATA))
+                flush()
+                disconnected()
             if len(inbuf) < 9 + length:
                 break
             data = bytes(inbuf[9:9 + length])
