@@ -546,7 +546,7 @@ async fn drive_once(
         .filter(|_| input.is_none() && resident::wanted(config))
     {
         let running = Running::new(slot.session.clone());
-        match resident::runner_for(&slot.session, config, &inner.registry.counters).await {
+        match resident::runner_for(inner, &slot.session).await {
             Choice::Use(runner) => {
                 return drive_on_runner(
                     inner, slot, running, &runner, job, events, budget, kill, gate,

@@ -801,18 +801,34 @@ async fn negotiate(
     Ok((raw, lengths, posix_rename))
 }
 
-/// What a pooled connection remembers about SFTP (the pool keeps it type-erased).
-type Held = Option<Arc<dyn std::any::Any + Send + Sync>>;
+/// What a pooled connection keeps for SFTP (one of its `pool::Extensions`).
+#[derive(Default)]
+pub(crate) struct SftpSlots {
+    /// The login's channel.
+    login: tokio::sync::Mutex<Held>,
+    /// The channels of escalated handles (an sftp-server started through sudo, doas or su),
+    /// one per escalation identity (`Become::identity`).
+    escalated: tokio::sync::Mutex<std::collections::HashMap<String, Held>>,
+}
 
-/// Kept on a connection whose server turned out to have no usable SFTP subsystem, so that
-/// it is asked once per connection, not once per file.
-#[derive(Debug)]
-struct NoSftp;
+/// What a pooled connection remembers about one SFTP identity.
+#[derive(Default)]
+enum Held {
+    /// Nothing yet (or forgotten): the next use opens a channel.
+    #[default]
+    Nothing,
+    Channel(Arc<SftpChannel>),
+    /// The server turned out to have no usable SFTP subsystem: asked once per connection,
+    /// not once per file.
+    NoSftp,
+}
 
 /// The SFTP channel a pooled connection holds.
 fn held_channel(slot: &Held) -> Option<Arc<SftpChannel>> {
-    slot.clone()
-        .and_then(|held| held.downcast::<SftpChannel>().ok())
+    match slot {
+        Held::Channel(channel) => Some(channel.clone()),
+        Held::Nothing | Held::NoSftp => None,
+    }
 }
 
 /// The SFTP channel a pooled connection holds, unless it broke.
@@ -827,7 +843,7 @@ async fn fill(
     executor: &SshExecutor,
     session: &Arc<Session>,
 ) -> Result<Arc<SftpChannel>> {
-    if slot.as_ref().is_some_and(|held| held.is::<NoSftp>()) {
+    if matches!(slot, Held::NoSftp) {
         return Err(unavailable(&executor.inner.config));
     }
     if let Some(channel) = live_channel(slot) {
@@ -836,11 +852,11 @@ async fn fill(
     match SftpChannel::open(executor, session).await {
         Ok(channel) => {
             let channel = Arc::new(channel);
-            *slot = Some(channel.clone());
+            *slot = Held::Channel(channel.clone());
             Ok(channel)
         }
         Err(error @ Error::SftpUnavailable { .. }) => {
-            *slot = Some(Arc::new(NoSftp));
+            *slot = Held::NoSftp;
             Err(error)
         }
         Err(error) => Err(error),
@@ -866,10 +882,11 @@ impl SshExecutor {
         // session slots and russh memory for good. The finished channel is kept for reuse.
         let executor = self.clone();
         tokio::spawn(async move {
+            let slots = session.extensions.get::<SftpSlots>();
             match executor.escalation().map(crate::config::Become::identity) {
-                None => fill(&mut *session.sftp.lock().await, &executor, &session).await,
+                None => fill(&mut *slots.login.lock().await, &executor, &session).await,
                 Some(identity) => {
-                    let mut escalated = session.escalated_sftp.lock().await;
+                    let mut escalated = slots.escalated.lock().await;
                     fill(escalated.entry(identity).or_default(), &executor, &session).await
                 }
             }
@@ -886,16 +903,13 @@ impl SshExecutor {
     /// none).
     pub(crate) fn open_sftp_channel(&self) -> Option<Arc<SftpChannel>> {
         let identity = self.escalation().map(crate::config::Become::identity);
-        self.inner
-            .registry
-            .sessions()
-            .iter()
-            .find_map(|session| match &identity {
-                None => live_channel(&*session.sftp.try_lock().ok()?),
-                Some(identity) => {
-                    live_channel(session.escalated_sftp.try_lock().ok()?.get(identity)?)
-                }
-            })
+        self.inner.registry.sessions().iter().find_map(|session| {
+            let slots = session.extensions.peek::<SftpSlots>()?;
+            match &identity {
+                None => live_channel(&*slots.login.try_lock().ok()?),
+                Some(identity) => live_channel(slots.escalated.try_lock().ok()?.get(identity)?),
+            }
+        })
     }
 
     /// Forgets `channel` if its session still holds it, so the next call opens a new one.
@@ -905,13 +919,16 @@ impl SshExecutor {
         };
         let forget = |slot: &mut Held| {
             if held_channel(slot).is_some_and(|held| Arc::ptr_eq(&held, channel)) {
-                *slot = None;
+                *slot = Held::Nothing;
             }
         };
+        let Some(slots) = session.extensions.peek::<SftpSlots>() else {
+            return;
+        };
         match self.escalation().map(crate::config::Become::identity) {
-            None => forget(&mut *session.sftp.lock().await),
+            None => forget(&mut *slots.login.lock().await),
             Some(identity) => {
-                if let Some(slot) = session.escalated_sftp.lock().await.get_mut(&identity) {
+                if let Some(slot) = slots.escalated.lock().await.get_mut(&identity) {
                     forget(slot);
                 }
             }

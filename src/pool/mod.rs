@@ -80,6 +80,7 @@
 //! after 128 refusals and a fresh one dialed when needed ([`PoolStats::connections_recycled`]);
 //! the soak test measured 100,000 commands staying within its memory bound this way.
 
+mod extensions;
 mod registry;
 mod session;
 mod slot;

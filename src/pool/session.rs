@@ -1,8 +1,8 @@
 //! A pooled connection: one authenticated SSH connection plus the bookkeeping the pool keeps
-//! on it (slots, running commands, learned capacity, retirement, its SFTP channel).
+//! on it (slots, running commands, learned capacity, retirement, and what higher layers keep
+//! there: [`Extensions`]).
 
 use std::{
-    any::Any,
     collections::VecDeque,
     sync::{
         Arc, MutexGuard,
@@ -17,7 +17,7 @@ use tokio::sync::oneshot;
 use crate::{
     config::Config,
     error::Result,
-    pool::startup::LoginShellStartup,
+    pool::{extensions::Extensions, startup::LoginShellStartup},
     ssh::{ClientHandler, HopCache, HopChain, SharedRoutes, dial},
 };
 
@@ -66,20 +66,9 @@ pub(crate) struct Session {
     spares: std::sync::Mutex<Spares>,
     /// How long the login shell takes to start here (see [`LoginShellStartup`]).
     pub(crate) login_shell_startup: LoginShellStartup,
-    /// The reusable SFTP channel, opened on first use.
-    ///
-    /// Type-erased so that the pool does not depend on the file layer, which owns the type
-    /// (`files::sftp::SftpChannel`) and downcasts it.
-    pub(crate) sftp: tokio::sync::Mutex<Option<Arc<dyn Any + Send + Sync>>>,
-    /// The SFTP channels of escalated handles (an sftp-server started through sudo, doas or
-    /// su), one per escalation identity (`Become::identity`), opened on first use.
-    pub(crate) escalated_sftp:
-        tokio::sync::Mutex<std::collections::HashMap<String, Option<Arc<dyn Any + Send + Sync>>>>,
-    /// The connection's resident runner (`command::resident`), started by the first command
-    /// that can use it; type-erased like `sftp`.
-    pub(crate) resident: tokio::sync::Mutex<Option<Arc<dyn Any + Send + Sync>>>,
-    /// No resident runner could start on this connection: its commands go per exec.
-    pub(crate) resident_refused: AtomicBool,
+    /// What higher layers keep on this connection, one value per type: the SFTP channels
+    /// (`files::sftp::SftpSlots`), the resident runner (`command::resident::RunnerSlot`).
+    pub(crate) extensions: Extensions,
     /// The jump-host connections this one runs through, kept alive until it disconnects
     /// (shared with the executor's other connections: the last one out closes them).
     hops: std::sync::Mutex<Option<Arc<HopChain>>>,
@@ -292,14 +281,10 @@ impl Session {
             )
             .await;
         }
-        // The SFTP channel's queues go with the connection too (best effort: one being
-        // opened right now fails with the connection and is not kept).
-        if let Ok(mut sftp) = self.sftp.try_lock() {
-            sftp.take();
-        }
-        if let Ok(mut escalated) = self.escalated_sftp.try_lock() {
-            escalated.clear();
-        }
+        // What higher layers kept here (the SFTP channels' queues, the runner) goes with the
+        // connection too: one being opened right now fails with the connection and is not
+        // kept.
+        self.extensions.clear();
         // The channels went with the connection: forget the spares (their count included).
         let spares = std::mem::take(&mut self.lock_spares().ready);
         self.open_channels
@@ -335,10 +320,7 @@ impl Session {
             escalated_spares: std::sync::Mutex::new(EscalatedSpares::default()),
             spares: std::sync::Mutex::new(Spares::default()),
             login_shell_startup: LoginShellStartup::default(),
-            sftp: tokio::sync::Mutex::new(None),
-            resident: tokio::sync::Mutex::new(None),
-            resident_refused: AtomicBool::new(false),
-            escalated_sftp: tokio::sync::Mutex::new(std::collections::HashMap::new()),
+            extensions: Extensions::default(),
             hops: std::sync::Mutex::new(connection.hops),
             forwarded: connection.forwarded,
         })

@@ -97,7 +97,7 @@ pub(crate) async fn start_job(pool: &Arc<Pool>, job: &RunnerJob<'_>) -> RunnerJo
         Err(error) => return RunnerJobStart::Fallback(error.to_string()),
     };
     let _running = Running::new(slot.session.clone());
-    let runner = match runner_for(&slot.session, config, &pool.registry.counters).await {
+    let runner = match runner_for(pool, &slot.session).await {
         Choice::Use(runner) if runner.name.starts_with("python ") => runner,
         Choice::Use(runner) => {
             return RunnerJobStart::Fallback(format!("{} supervises no jobs", runner.name));

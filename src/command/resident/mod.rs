@@ -59,7 +59,6 @@
 //! its output is unacknowledged, and the driver acknowledges what its caller has taken.
 
 use std::{
-    any::Any,
     collections::HashMap,
     sync::{
         Arc, Mutex,
@@ -79,7 +78,7 @@ use crate::{
     command::output::{ExitStatus, OutputChunk},
     config::{Config, Runner, limit},
     error::Error,
-    pool::{self, ChannelCount, Counters, Session},
+    pool::{self, ChannelCount, Counters, Pool, Session},
 };
 
 /// What can run the runner on a host, tried in this order on each connection.
@@ -256,12 +255,60 @@ pub(crate) enum Choice {
     Fail(Error),
 }
 
-/// The runner of `session`, started if need be (one start at a time per connection).
-pub(crate) async fn runner_for(
-    session: &Arc<Session>,
-    config: &Config,
-    counters: &Counters,
-) -> Choice {
+/// What a connection keeps about its runner (one of its `pool::Extensions`).
+#[derive(Default)]
+pub(crate) struct RunnerSlot {
+    /// The runner, once one answered.
+    ready: Mutex<Option<Arc<Resident>>>,
+    /// Held by the start in flight: one at a time per connection.
+    starting: tokio::sync::Mutex<()>,
+    /// Why no runner could start here: the connection's commands go per exec for good.
+    refused: Mutex<Option<String>>,
+}
+
+impl RunnerSlot {
+    /// The runner, if one is up and its channel open.
+    fn ready(&self) -> Option<Arc<Resident>> {
+        let ready = self.ready.lock().ok()?;
+        ready.as_ref().filter(|runner| runner.is_open()).cloned()
+    }
+
+    fn refused(&self) -> Option<String> {
+        self.refused.lock().ok()?.clone()
+    }
+
+    /// Keeps what a start gave, and counts it.
+    fn record(&self, outcome: &Start, config: &Config, counters: &Counters) {
+        match outcome {
+            Start::Ready(runner) => {
+                counters.runners_started.fetch_add(1, Ordering::Relaxed);
+                if let Ok(mut name) = counters.runner.lock() {
+                    *name = Some(runner.name.clone());
+                }
+                tracing::debug!(host = %config.host, runner = %runner.name, "resident runner started");
+                if let Ok(mut ready) = self.ready.lock() {
+                    *ready = Some(runner.clone());
+                }
+            }
+            Start::Refused(reason) => {
+                counters.runner_fallbacks.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(host = %config.host, %reason,
+                    "no resident runner on this connection; commands run per exec");
+                if let Ok(mut refused) = self.refused.lock() {
+                    *refused = Some(reason.clone());
+                }
+            }
+            // The connection died under the start: nothing to keep.
+            Start::Retry(_) => {}
+        }
+    }
+}
+
+/// The runner of `session`, started if need be (one start at a time per connection; the
+/// commands that come meanwhile wait for it).
+pub(crate) async fn runner_for(pool: &Arc<Pool>, session: &Arc<Session>) -> Choice {
+    let config = &pool.config;
+    let counters = &pool.registry.counters;
     let per_exec = |reason: String| match config.runner {
         Runner::Resident => Choice::Fail(Error::RunnerUnavailable {
             host: config.host.clone(),
@@ -270,41 +317,31 @@ pub(crate) async fn runner_for(
         }),
         _ => Choice::PerExec,
     };
-    if session.resident_refused.load(Ordering::Acquire) {
-        return per_exec("no runner could start on this connection".to_owned());
+    let slot = session.extensions.get::<RunnerSlot>();
+    let checked = |slot: &RunnerSlot| match (slot.ready(), slot.refused()) {
+        (Some(runner), _) => Some(Choice::Use(runner)),
+        (None, Some(reason)) => Some(per_exec(reason)),
+        (None, None) => None,
+    };
+    if let Some(choice) = checked(&slot) {
+        return choice;
     }
-    let mut current = session.resident.lock().await;
-    if let Some(runner) = current
-        .as_ref()
-        .and_then(|any| any.clone().downcast::<Resident>().ok())
-        && runner.is_open()
-    {
-        return Choice::Use(runner);
-    }
-    *current = None;
     if config.runner == Runner::Auto && pool::in_fleet_attempt() {
         // A fleet's one command (or few) per host: a runner's start would cost more than it
         // saves (see `pool::fleet_attempt`). Not refused: the connection's later work may
         // start one.
         return Choice::PerExec;
     }
-    match start(session, config, counters).await {
-        Start::Ready(runner) => {
-            counters.runners_started.fetch_add(1, Ordering::Relaxed);
-            if let Ok(mut name) = counters.runner.lock() {
-                *name = Some(runner.name.clone());
-            }
-            tracing::debug!(host = %config.host, runner = %runner.name, "resident runner started");
-            *current = Some(runner.clone() as Arc<dyn Any + Send + Sync>);
-            Choice::Use(runner)
-        }
-        Start::Refused(reason) => {
-            session.resident_refused.store(true, Ordering::Release);
-            counters.runner_fallbacks.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(host = %config.host, %reason,
-                "no resident runner on this connection; commands run per exec");
-            per_exec(reason)
-        }
+    let _starting = slot.starting.lock().await;
+    // A start that ended while this one waited for the lock decided already.
+    if let Some(choice) = checked(&slot) {
+        return choice;
+    }
+    let outcome = start(session, config, counters).await;
+    slot.record(&outcome, config, counters);
+    match outcome {
+        Start::Ready(runner) => Choice::Use(runner),
+        Start::Refused(reason) => per_exec(reason),
         Start::Retry(error) => Choice::Retry(error),
     }
 }
@@ -315,8 +352,8 @@ enum Start {
     Retry(Error),
 }
 
-/// Starts a runner on `session`: Python with `posix_spawn`, else Perl, else any Python;
-/// refused when none answers.
+/// Starts a runner on `session`: the helper where one was given, then Python with
+/// `posix_spawn`, Perl, any Python; refused when none answers.
 async fn start(session: &Arc<Session>, config: &Config, counters: &Counters) -> Start {
     let mut reasons = Vec::new();
     let helper = config
