@@ -115,6 +115,14 @@ sub start {
         POSIX::write(2, "sh: $!\n", length("sh: $!\n"));
         POSIX::_exit(127);
     }
+    # The group exists once the child has called setsid: a kill sent before that would find
+    # no group and be lost (a kill right behind the run request, on a loaded host). It takes
+    # the child microseconds; it ends the wait by dying, too.
+    while (1) {
+        my $group = getpgrp($pid);
+        last if !defined $group || $group < 0 || $group == $pid;
+        select(undef, undef, undef, 0);
+    }
     close($ow);
     close($ew);
     my $r = { pid => $pid, open => 2, unacked => 0, kod => ($flags & 1), grace => $grace };

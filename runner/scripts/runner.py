@@ -119,6 +119,16 @@ def spawn(shell, text, fd0, fd1, fd2):
                 pass
         finally:
             os._exit(127)
+    # The group exists once the child has called setsid: a kill sent before that would
+    # find no group and be lost (a kill right behind the run request, on a loaded host).
+    # It takes the child microseconds; it ends the wait by dying, too.
+    while True:
+        try:
+            if os.getpgid(pid) == pid:
+                break
+        except OSError:
+            break
+        time.sleep(0)
     return pid
 
 
