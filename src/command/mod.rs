@@ -3,6 +3,8 @@
 //! stopped ([`supervisor`]), how an escalation tool is talked to ([`escalation`]), and the drive
 //! loop that runs it on a pooled channel ([`drive`]), producing an [`Execution`].
 
+// Each submodule imports only from the ones before it on this line (`.ci/check-layers.py`):
+// Layers, bottom up: output < quote < program < pty < marker < supervisor < wrapper < escalation < resident < drive < feeder < process
 mod drive;
 mod escalation;
 mod feeder;
