@@ -128,7 +128,7 @@ pub use executor::{ExecOptions, SshExecutor};
 pub use files::{DirEntry, FileMetadata, FileType};
 pub use fleet::{
     Fleet, FleetEvent, FleetJobStates, FleetJobs, FleetReport, FleetSummary, HostRecord,
-    HostResult, HostStatus, Inventory,
+    HostResult, HostStatus, Inventory, PushOptions,
 };
 pub use forwards::{
     Forward, ForwardSpec, ForwardStats, ForwardTarget, ForwardedConnection, HostListener,

@@ -75,6 +75,35 @@ async fn push_and_pull_report_every_host_and_retry_only_unreachable_ones() {
         std::fs::metadata(&dest).unwrap().permissions().mode() & 0o7777,
         0o640
     );
+    // Over a file that exists: its mode stays (a secret is not made world-readable by a
+    // 0644 local copy), unless the local modes are asked for.
+    let live = Fleet::new(
+        beds.iter()
+            .map(|tb| builder(tb).build_lazy().unwrap())
+            .collect::<Vec<_>>(),
+    );
+    std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::write(&source, "listen 81\n").unwrap();
+    std::fs::set_permissions(&source, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let kept = live.push(&source, &dest, |_| {}).await.unwrap();
+    assert_eq!(kept.summary().succeeded, 2, "{kept:?}");
+    assert_eq!(std::fs::read_to_string(&dest).unwrap(), "listen 81\n");
+    assert_eq!(
+        std::fs::metadata(&dest).unwrap().permissions().mode() & 0o7777,
+        0o600
+    );
+    std::fs::write(&source, "listen 80\n").unwrap();
+    std::fs::set_permissions(&source, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let options = swiftide_ssh_executor::PushOptions::default().local_modes(true);
+    let applied = live
+        .push_with(&source, &dest, &options, |_| {})
+        .await
+        .unwrap();
+    assert_eq!(applied.summary().succeeded, 2, "{applied:?}");
+    assert_eq!(
+        std::fs::metadata(&dest).unwrap().permissions().mode() & 0o7777,
+        0o640
+    );
     // Both successful hosts fold into one block; the dead one stands apart.
     let groups = report.fold();
     assert_eq!(groups[0].nodeset, "web[1-2]");

@@ -27,7 +27,7 @@ use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use swiftide_ssh_executor::{
     Become, BecomeMethod, Fleet, FleetEvent, FleetReport, ForwardSpec, HostKeyPolicy, HostRecord,
-    JobOptions, Secret, SshConfig, SshExecutor, SshExecutorBuilder,
+    JobOptions, PushOptions, Secret, SshConfig, SshExecutor, SshExecutorBuilder,
     fleet::{
         Batches, Inventory, InventoryHost, LiveLines, exit_code, expand_nodeset, fold_records,
         max_exit_code, read_records, write_failed_hosts, write_records,
@@ -77,13 +77,18 @@ enum Command {
         command: Vec<String>,
     },
     /// Copy a local file or directory to every host (pdcp, clush --copy): atomic per file,
-    /// mode kept, sha256 checked on the host after the copy.
+    /// sha256 checked on the host after the copy. A file that exists keeps its owner, group
+    /// and mode; a new one gets the local file's mode.
     ///
     /// DEST that is an existing directory, or ends with `/`, receives `DEST/<name of SOURCE>`;
     /// otherwise SOURCE is copied to DEST itself.
     Push {
         #[command(flatten)]
         fleet: FleetArgs,
+        /// Apply the local files' modes to existing files too (pdcp's -p; here -p is the
+        /// port, as with ssh).
+        #[arg(long)]
+        preserve: bool,
         /// The local file or directory.
         source: PathBuf,
         /// The remote path.
@@ -1037,7 +1042,9 @@ async fn rollout(args: &FleetArgs, streamed: Streamed, work: Work<'_>) -> Result
     let on_event = |event: FleetEvent<'_>| printer.event(event);
     let report = match work {
         Work::Run(command) => fleet.run(command, on_event).await,
-        Work::Push(source, dest) => fleet.push(source, dest, on_event).await?,
+        Work::Push(source, dest, options) => {
+            fleet.push_with(source, dest, &options, on_event).await?
+        }
         Work::Pull(source, dest) => fleet.pull(source, dest, on_event).await,
         Work::JobStart {
             command, options, ..
@@ -1056,7 +1063,7 @@ async fn rollout(args: &FleetArgs, streamed: Streamed, work: Work<'_>) -> Result
 /// What a rollout does on each host.
 enum Work<'a> {
     Run(&'a str),
-    Push(&'a Path, &'a Path),
+    Push(&'a Path, &'a Path, PushOptions),
     Pull(&'a Path, &'a Path),
     JobStart {
         command: &'a str,
@@ -1196,9 +1203,13 @@ async fn dispatch(command: &Command) -> Result<u8, Usage> {
         }
         Command::Push {
             fleet,
+            preserve,
             source,
             dest,
-        } => rollout(fleet, Streamed::AtTheEnd, Work::Push(source, dest)).await,
+        } => {
+            let options = PushOptions::default().local_modes(*preserve);
+            rollout(fleet, Streamed::AtTheEnd, Work::Push(source, dest, options)).await
+        }
         Command::Pull {
             fleet,
             source,

@@ -624,6 +624,32 @@ fn push_and_pull_a_tree_with_odd_names_and_a_failing_host() {
         );
         assert_eq!(mode(&remote.path().join("tool")), 0o750);
     }
+    // A file that exists keeps its mode (a secret pushed over a 0640 file is not made
+    // world-readable by a 0644 local copy); --preserve applies the local mode.
+    std::fs::set_permissions(
+        remote.path().join("tool"),
+        std::fs::Permissions::from_mode(0o640),
+    )
+    .unwrap();
+    std::fs::set_permissions(&single, std::fs::Permissions::from_mode(0o644)).unwrap();
+    for (flags, version, want) in [(&[][..], "v3", 0o640), (&["--preserve"][..], "v4", 0o644)] {
+        std::fs::write(&single, version).unwrap();
+        let mut args = flags.to_vec();
+        args.extend([
+            "-w",
+            "web[1-2]",
+            "-b",
+            single.to_str().unwrap(),
+            remote.path().to_str().unwrap(),
+        ]);
+        let out = hosts.run(&["push"], &args);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        assert_eq!(
+            std::fs::read_to_string(remote.path().join("tool")).unwrap(),
+            version
+        );
+        assert_eq!(mode(&remote.path().join("tool")), want, "{flags:?}");
+    }
 
     // Pull the tree back from every host into one directory per host.
     let gathered = local.path().join("gathered");

@@ -107,15 +107,42 @@ fn link_target(link: &str, target: &str) -> String {
     }
 }
 
+/// The permission bits a write gives a file: one rule for the library's writes, fleet
+/// pushes and every door that writes files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ModeRule {
+    /// An existing file's bits; a new file gets 0644 (`write_file`, as LocalExecutor's
+    /// writes over an existing file keep it).
+    Keep,
+    /// An existing file's bits; a new file gets these (a push: the local file's mode for a
+    /// new file, as `install`, scp and Ansible's copy keep an existing file's).
+    KeepOrNew(u32),
+    /// These bits, whatever was there (a push asked to apply the local mode: `-p`).
+    Set(u32),
+}
+
+impl ModeRule {
+    /// The bits for a file whose existing bits are `existing` (`None`: a new file, or
+    /// unknown; `Some(None)`: it exists, bits not reported).
+    pub(crate) fn bits(self, existing: Option<Option<u32>>) -> u32 {
+        match (self, existing.flatten()) {
+            (ModeRule::Set(bits), _) => bits,
+            (ModeRule::Keep | ModeRule::KeepOrNew(_), Some(old)) => old,
+            (ModeRule::KeepOrNew(bits), None) => bits,
+            (ModeRule::Keep, None) => 0o644,
+        }
+    }
+}
+
 impl SshExecutor {
-    /// The write of [`SshExecutor::write_file_bytes`] on `channel`, for a resolved `path`.
-    /// `mode` replaces the permission bits the file would get (the old file's, or 0644).
+    /// The write of [`SshExecutor::write_file_bytes`] on `channel`, for a resolved `path`,
+    /// its permission bits as `mode` says.
     pub(crate) async fn write_atomic(
         &self,
         channel: &Arc<SftpChannel>,
         path: &Path,
         content: &[u8],
-        mode: Option<u32>,
+        mode: ModeRule,
     ) -> Result<()> {
         let text = sftp_path(path)?;
         // The first lstat of the target and the open of a temporary file next to it go out
@@ -175,9 +202,7 @@ impl SshExecutor {
             }
         };
         let existing = target.existing.as_ref();
-        let mode = mode
-            .or_else(|| existing.and_then(|a| a.permissions))
-            .unwrap_or(0o644);
+        let mode = mode.bits(existing.map(|a| a.permissions));
         let owner = existing.and_then(|a| a.uid.zip(a.gid));
         channel
             .fill_and_close(file, content, mode, owner)

@@ -14,6 +14,7 @@ use crate::{
     error::{Error, Result, SftpStatus},
     executor::SshExecutor,
     files::{
+        ModeRule,
         error::{EISDIR, ELOOP, ENOENT, os_error_reason},
         own_script::{quoted_path, run_collect},
     },
@@ -169,7 +170,7 @@ pub(crate) async fn dir_names_via_exec(
 /// private temporary file next to the target, give it the old owner and group where the
 /// script may (as root: an escalated handle), then `mode` (else the old mode, or 0644), `mv`
 /// it over. The owner before the mode: `chown` clears set-id bits.
-fn write_script(path: &Path, nonce: u64, mode: Option<u32>) -> Result<Vec<u8>> {
+fn write_script(path: &Path, nonce: u64, mode: ModeRule) -> Result<Vec<u8>> {
     let mut script = b"t=".to_vec();
     script.extend_from_slice(&quoted_path(path)?);
     script.push(b'\n');
@@ -199,10 +200,12 @@ if [ -e "$t" ]; then o=$(stat -c %u:%g -- "$t") && chown "$o" "$tmp" 2>/dev/null
 {chmod}mv -f -- "$tmp" "$t" || exit 1
 "#,
             chmod = match mode {
-                Some(mode) => format!("chmod {:o} \"$tmp\" || exit 1\n", mode & 0o7777),
-                None => "if [ -e \"$t\" ]; then m=$(stat -c %a -- \"$t\") && chmod \"$m\" \"$tmp\" || exit 1\n\
-                         else chmod 644 \"$tmp\" || exit 1; fi\n"
-                    .to_owned(),
+                ModeRule::Set(bits) => format!("chmod {:o} \"$tmp\" || exit 1\n", bits & 0o7777),
+                ModeRule::Keep | ModeRule::KeepOrNew(_) => format!(
+                    "if [ -e \"$t\" ]; then m=$(stat -c %a -- \"$t\") && chmod \"$m\" \"$tmp\" || exit 1\n\
+                     else chmod {:o} \"$tmp\" || exit 1; fi\n",
+                    mode.bits(None) & 0o7777
+                ),
             },
             loop = os_error_reason(ELOOP),
             isdir = os_error_reason(EISDIR),
@@ -219,7 +222,7 @@ pub(crate) async fn write_via_exec(
     executor: &SshExecutor,
     path: &Path,
     content: &[u8],
-    mode: Option<u32>,
+    mode: ModeRule,
 ) -> Result<()> {
     let script = write_script(path, rand::random(), mode)?;
     run_file_script(executor, "write", path, &script, content.to_vec())

@@ -14,6 +14,7 @@ mod remote_fs;
 mod sftp;
 mod stream_files;
 
+pub(crate) use atomic_write::ModeRule;
 /// For the adapters' remote search.
 #[cfg(any(feature = "agent-sdk", feature = "bamboo"))]
 pub(crate) use own_script::option_safe;

@@ -21,6 +21,7 @@ use crate::{
     error::{Error, Result, SftpStatus},
     executor::SshExecutor,
     files::{
+        ModeRule,
         error::{EISDIR, ENOTDIR},
         exec_fallback,
         sftp::{SftpChannel, has_status},
@@ -350,17 +351,18 @@ impl SshExecutor {
         err(level = "debug")
     )]
     pub(crate) async fn write_resolved(&self, path: &Path, content: &[u8]) -> Result<()> {
-        self.write_resolved_mode(path, content, None).await
+        self.write_resolved_mode(path, content, ModeRule::Keep)
+            .await
     }
 
-    /// [`write_resolved`](Self::write_resolved) with the new file's permission bits given
-    /// (`None`: the old file's, or 0644), for fleet pushes that keep the local mode. The
-    /// in-place fallback (a directory that refuses the temporary file) keeps the old mode.
+    /// [`write_resolved`](Self::write_resolved) with the file's permission bits as `mode`
+    /// says (see [`ModeRule`]), for fleet pushes. The in-place fallback (a directory that
+    /// refuses the temporary file) keeps the old mode.
     pub(crate) async fn write_resolved_mode(
         &self,
         path: &Path,
         content: &[u8],
-        mode: Option<u32>,
+        mode: ModeRule,
     ) -> Result<()> {
         if path.to_str().is_none() {
             return exec_fallback::write_via_exec(self, path, content, mode).await;

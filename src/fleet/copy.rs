@@ -25,7 +25,7 @@ use crate::{
     command::{Execution, ExitStatus},
     error::{Error, Result, SftpStatus},
     executor::SshExecutor,
-    files::quoted_path,
+    files::{ModeRule, quoted_path},
 };
 
 /// Files written or read at once on one host.
@@ -33,6 +33,24 @@ const FILES_IN_FLIGHT: usize = 8;
 
 /// The exit code of the digest script on a host with neither `sha256sum` nor `shasum`.
 const NO_DIGEST_TOOL: u32 = 127;
+
+/// How a [`Fleet::push_with`] treats the files it writes.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct PushOptions {
+    /// Apply the local file's permission bits to files that exist on the host too (pdcp's
+    /// and clush's `-p`, `swiftide-ssh push -p`). Defaults to false: an existing file keeps
+    /// its bits, a new one gets the local file's.
+    pub local_modes: bool,
+}
+
+impl PushOptions {
+    /// See [`local_modes`](Self::local_modes). Defaults to false.
+    pub fn local_modes(mut self, enabled: bool) -> Self {
+        self.local_modes = enabled;
+        self
+    }
+}
 
 /// One file of a push, read once and shared by every host.
 #[derive(Debug)]
@@ -247,7 +265,12 @@ async fn push_root(executor: &SshExecutor, source: &PushSource, dest: &Path) -> 
     }
 }
 
-async fn push_one(executor: &SshExecutor, source: &PushSource, dest: &Path) -> Result<Execution> {
+async fn push_one(
+    executor: &SshExecutor,
+    source: &PushSource,
+    dest: &Path,
+    options: &PushOptions,
+) -> Result<Execution> {
     let root = push_root(executor, source, dest).await?;
     if source.is_dir {
         executor.create_dir_all(&root).await?;
@@ -267,7 +290,14 @@ async fn push_one(executor: &SshExecutor, source: &PushSource, dest: &Path) -> R
         })
         .collect();
     futures::stream::iter(source.files.iter().zip(&targets))
-        .map(|(file, target)| executor.write_resolved_mode(target, &file.content, Some(file.mode)))
+        .map(|(file, target)| {
+            let mode = if options.local_modes {
+                ModeRule::Set(file.mode)
+            } else {
+                ModeRule::KeepOrNew(file.mode)
+            };
+            executor.write_resolved_mode(target, &file.content, mode)
+        })
         .buffer_unordered(FILES_IN_FLIGHT)
         .try_collect::<Vec<()>>()
         .await?;
@@ -501,7 +531,10 @@ impl Fleet {
     /// lands in `dest` when `dest` is an existing directory or ends with `/`
     /// (`dest/<source's name>`), else at `dest` itself. Each file is written atomically (a
     /// temporary file next to it renamed over it: a reader sees the old content or the new,
-    /// never a mix) with the local file's permission bits, missing directories are created
+    /// never a mix). A file that exists keeps its owner, group and permission bits, as
+    /// `install`, scp and Ansible's copy keep them (a secret pushed over a `0640` file stays
+    /// `0640`); a new file gets the local file's bits ([`PushOptions::local_modes`] applies
+    /// them to existing files too). Missing directories are created
     /// (with the server's default mode), and afterwards every file's SHA-256 is computed on
     /// the host with `sha256sum` (or `shasum -a 256`) and compared with the source's. A host
     /// with neither tool has every file read back over SFTP and compared instead; the host's
@@ -526,6 +559,24 @@ impl Fleet {
         dest: &Path,
         on_event: impl FnMut(FleetEvent<'_>),
     ) -> Result<FleetReport> {
+        self.push_with(source, dest, &PushOptions::default(), on_event)
+            .await
+    }
+
+    /// [`push`](Self::push) with `options`.
+    ///
+    /// # Errors
+    /// As [`push`](Self::push).
+    ///
+    /// # Cancel safety
+    /// As [`push`](Self::push).
+    pub async fn push_with(
+        &self,
+        source: &Path,
+        dest: &Path,
+        options: &PushOptions,
+        on_event: impl FnMut(FleetEvent<'_>),
+    ) -> Result<FleetReport> {
         let path = source.to_owned();
         let source = tokio::task::spawn_blocking(move || PushSource::read(&path))
             .await
@@ -537,7 +588,7 @@ impl Fleet {
             .run_each(
                 |_, executor| {
                     let source = source.clone();
-                    async move { push_one(executor, &source, dest).await }
+                    async move { push_one(executor, &source, dest, options).await }
                 },
                 on_event,
             )

@@ -30,6 +30,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
 pub use batch::{BatchSize, Batches, Thresholds};
+pub use copy::PushOptions;
 pub use fold::{FoldedGroup, fold_records};
 pub use forwards::{FleetForwards, HostForward};
 pub use inventory::{Inventory, InventoryHost, InventorySshArgs};
