@@ -243,4 +243,43 @@ mod tests {
         assert_eq!(errno_of("Directory nonexistent"), Some(ENOENT));
         assert_eq!(errno_of("whatever"), None);
     }
+
+    /// The shell write gives the bits each [`ModeRule`] says, as the SFTP write does
+    /// ([`ModeRule::bits`]): run here with `sh`, as a host without SFTP runs it.
+    #[test]
+    fn the_shell_write_follows_the_mode_rule() {
+        use std::{io::Write, os::unix::fs::PermissionsExt};
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, mode: ModeRule| {
+            let path = dir.path().join(name);
+            let script = write_script(&path, 7, mode).unwrap();
+            let mut child = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(std::str::from_utf8(&script).unwrap())
+                .stdin(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            child.stdin.take().unwrap().write_all(b"new").unwrap();
+            assert!(child.wait().unwrap().success());
+            assert_eq!(std::fs::read(&path).unwrap(), b"new");
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777
+        };
+        let existing = |name: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, "old").unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        };
+        for (rule, over_existing, new) in [
+            (ModeRule::Keep, 0o600, 0o644),
+            (ModeRule::KeepOrNew(0o750), 0o600, 0o750),
+            (ModeRule::Set(0o640), 0o640, 0o640),
+        ] {
+            existing("old");
+            assert_eq!(write("old", rule), over_existing, "{rule:?}");
+            assert_eq!(rule.bits(Some(Some(0o600))), over_existing, "{rule:?}");
+            let _ = std::fs::remove_file(dir.path().join("fresh"));
+            assert_eq!(write("fresh", rule), new, "{rule:?}");
+            assert_eq!(rule.bits(None), new, "{rule:?}");
+        }
+    }
 }
