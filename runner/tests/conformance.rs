@@ -212,6 +212,24 @@ impl Runner {
         self.frames.recv_timeout(within).ok()
     }
 
+    /// Request `id`'s standard output up to its first newline (its start frame passes;
+    /// any other frame of it is a failure).
+    fn first_line(&self, id: u32) -> Vec<u8> {
+        let mut stdout = Vec::new();
+        while !stdout.contains(&b'\n') {
+            let frame = self
+                .next(PATIENCE)
+                .unwrap_or_else(|| panic!("{:?}: no line from {id}", self.implementation));
+            assert_eq!(frame.id, id, "{frame:?}");
+            match frame.kind {
+                b'S' => {}
+                b'O' => stdout.extend_from_slice(&frame.data),
+                _ => panic!("{:?}: {frame:?} before a line", self.implementation),
+            }
+        }
+        stdout
+    }
+
     /// Frames of request `id` until its end (or fault), acknowledging output as it comes.
     fn finish(&mut self, id: u32) -> Outcome {
         self.collect(id, true)
@@ -442,21 +460,7 @@ fn a_kill_takes_the_whole_group_with_term_then_kill_after_the_grace() {
         let mut runner = Runner::start(implementation);
         // A group that dies of TERM: the leader and a background child.
         runner.run(1, "sleep 30 & echo $!; sleep 30", KOD, 5000, b"");
-        let first = runner.next(PATIENCE).expect("output or start");
-        let mut outcome = Outcome::default();
-        let mut frames = vec![first];
-        while !frames
-            .iter()
-            .any(|frame| frame.kind == b'O' && frame.data.ends_with(b"\n"))
-        {
-            frames.push(runner.next(PATIENCE).expect("the child's pid"));
-        }
-        for frame in &frames {
-            if frame.kind == b'O' {
-                outcome.stdout.extend_from_slice(&frame.data);
-            }
-        }
-        let child = pids(&outcome.stdout)[0];
+        let child = pids(&runner.first_line(1))[0];
         let killed_at = Instant::now();
         runner.send(b'K', 1, b"");
         let outcome = runner.finish(1);
@@ -483,13 +487,7 @@ fn a_kill_takes_the_whole_group_with_term_then_kill_after_the_grace() {
             b"",
         );
         // Killed once the trap is set (its output says so), not merely started.
-        loop {
-            let frame = runner.next(PATIENCE).expect("the trap set");
-            assert!(matches!(frame.kind, b'S' | b'O'), "{frame:?}");
-            if frame.kind == b'O' {
-                break;
-            }
-        }
+        runner.first_line(2);
         let killed_at = Instant::now();
         runner.send(b'K', 2, b"");
         let outcome = runner.finish(2);
@@ -708,12 +706,7 @@ fn malformed_requests_are_answered_with_a_fault_and_the_runner_goes_on() {
 
         // An oversized frame cannot be skipped: a fault for id 0, then the runner ends.
         runner.run(18, "echo $$; sleep 30", KOD, 0, b"");
-        let leader = loop {
-            let frame = runner.next(PATIENCE).expect("the leader");
-            if frame.kind == b'O' && frame.id == 18 {
-                break pids(&frame.data)[0];
-            }
-        };
+        let leader = pids(&runner.first_line(18))[0];
         let mut header = vec![b'R'];
         header.extend_from_slice(&19u32.to_be_bytes());
         header.extend_from_slice(&(MAX_DATA + 1).to_be_bytes());
