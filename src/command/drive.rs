@@ -543,7 +543,7 @@ async fn drive_once(
     if let Some(job) = request
         .resident
         .as_ref()
-        .filter(|_| input.is_none() && resident::wanted(config))
+        .filter(|job| input.is_none() && job.fits() && resident::wanted(config))
     {
         let running = Running::new(slot.session.clone());
         match resident::runner_for(inner, &slot.session).await {

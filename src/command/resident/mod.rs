@@ -195,6 +195,14 @@ impl RunnerRequest {
         }
     }
 
+    /// Whether the request fits in one frame ([`protocol::MAX_DATA`]); a larger one goes
+    /// per exec, where the universal form carries a command of any length on stdin.
+    pub(crate) fn fits(&self) -> bool {
+        let stdin = self.stdin.as_ref().map_or(0, Bytes::len);
+        let len = 9usize.saturating_add(self.text.len()).saturating_add(stdin);
+        u32::try_from(len).is_ok_and(|len| len <= protocol::MAX_DATA)
+    }
+
     /// Stdin data up to which the crate's own scripts take the runner: the request holds
     /// it whole, in the client's memory and the runner's (a larger write streams per exec).
     pub(crate) const SCRIPT_STDIN_LIMIT: usize = 1024 * 1024;
@@ -611,10 +619,10 @@ impl Resident {
             text: &request.text,
             stdin: request.stdin.as_deref().unwrap_or_default(),
         };
-        let data = run.encode();
-        if data.len() > protocol::MAX_DATA as usize {
+        if !request.fits() {
             return Err(());
         }
+        let data = run.encode();
         self.send_routed(Kind::Run, &data).await
     }
 
@@ -700,6 +708,15 @@ mod tests {
             .and_then(|rest| rest.strip_suffix('\''))
             .expect("one quoted word");
         assert!(crate::command::wrapper::is_neutral(program));
+    }
+
+    #[test]
+    fn a_request_over_one_frame_goes_per_exec() {
+        let max = usize::try_from(protocol::MAX_DATA).unwrap();
+        assert!(RunnerRequest::command(vec![b'x'; max - 9]).fits());
+        assert!(!RunnerRequest::command(vec![b'x'; max - 8]).fits());
+        let script = RunnerRequest::script(b"cat", &[0; 1024]).unwrap();
+        assert!(script.fits());
     }
 
     #[test]
