@@ -122,15 +122,17 @@ def check(src):
     facades = {(): (layers(raw_lib), reexports(strip(raw_lib)))}
     if facades[()][0] is None:
         return ["src/lib.rs has no `// Layers, bottom up: a < b < ...` line"]
-    files = []
+    files = []  # (path relative to src, the code that counts)
     for dirpath, _, names in os.walk(src):
         for name in sorted(names):
             if name.endswith(".rs"):
                 rel = os.path.relpath(os.path.join(dirpath, name), src)
-                files.append((rel, strip(read(os.path.join(src, rel)))))
-    for rel, text in files:
-        if rel.endswith("mod.rs") and layers(read(os.path.join(src, rel))):
-            facades[tuple(module_path(rel))] = (layers(read(os.path.join(src, rel))), reexports(text))
+                raw = read(os.path.join(src, rel))
+                text = strip(raw)
+                files.append((rel, text))
+                order = layers(raw) if rel.endswith("mod.rs") else None
+                if order:
+                    facades[tuple(module_path(rel))] = (order, reexports(text))
     # Every layered facade names each of its submodules exactly once.
     for facade, (order, _) in facades.items():
         where = os.path.join(*facade, "mod.rs") if facade else "lib.rs"

@@ -197,9 +197,21 @@ pub struct Run<'a> {
 }
 
 impl<'a> Run<'a> {
+    /// The length of the request's data: flags, grace and text length, then text and stdin.
+    pub fn data_len(&self) -> usize {
+        9usize
+            .saturating_add(self.text.len())
+            .saturating_add(self.stdin.len())
+    }
+
+    /// Whether the request's data fits in one frame ([`MAX_DATA`]).
+    pub fn fits(&self) -> bool {
+        u32::try_from(self.data_len()).is_ok_and(|len| len <= MAX_DATA)
+    }
+
     /// The request's data.
     pub fn encode(&self) -> Vec<u8> {
-        let mut data = Vec::with_capacity(9 + self.text.len() + self.stdin.len());
+        let mut data = Vec::with_capacity(self.data_len());
         data.push(self.flags.0);
         data.extend_from_slice(&self.grace_ms.to_be_bytes());
         data.extend_from_slice(
@@ -437,10 +449,7 @@ mod tests {
     fn frames_are_split_at_their_lengths() {
         let mut buffer = encode(Kind::Stdout, 7, b"abc");
         buffer.extend_from_slice(&encode(Kind::Ended, 7, b"c 0")[..5]);
-        let (header, data) = next_frame(&buffer)
-            .ok()
-            .flatten()
-            .unwrap_or_else(|| unreachable!());
+        let (header, data) = next_frame(&buffer).unwrap().unwrap();
         assert_eq!((header.kind, header.id, data), (b'O', 7, &b"abc"[..]));
         let rest = &buffer[header.frame_len()..];
         assert_eq!(next_frame(rest), Ok(None));

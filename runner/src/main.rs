@@ -19,7 +19,10 @@
 use std::{
     collections::HashMap,
     io::{Read, Write},
-    os::unix::process::{CommandExt, ExitStatusExt},
+    os::unix::{
+        ffi::OsStrExt,
+        process::{CommandExt, ExitStatusExt},
+    },
     process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, ExitStatus, Stdio},
     time::{Duration, Instant},
 };
@@ -133,7 +136,7 @@ impl Runner {
         command
             .arg0("sh")
             .arg("-c")
-            .arg(std::ffi::OsStr::from_bytes_compat(text))
+            .arg(std::ffi::OsStr::from_bytes(text))
             .process_group(0)
             .stdin(if flags.has(RunFlags::STDIN) {
                 Stdio::piped()
@@ -251,17 +254,6 @@ impl Runner {
             Some(Kind::Job) => self.fault(id, "the helper starts no jobs"),
             _ => self.fault(id, &format!("unknown request kind 0x{kind:02x}")),
         }
-    }
-}
-
-/// `OsStr` from bytes, as Unix paths and arguments are.
-trait FromBytesCompat {
-    fn from_bytes_compat(bytes: &[u8]) -> &Self;
-}
-
-impl FromBytesCompat for std::ffi::OsStr {
-    fn from_bytes_compat(bytes: &[u8]) -> &Self {
-        std::os::unix::ffi::OsStrExt::from_bytes(bytes)
     }
 }
 

@@ -232,10 +232,6 @@ impl Runner {
 
     /// Frames of request `id` until its end (or fault), acknowledging output as it comes.
     fn finish(&mut self, id: u32) -> Outcome {
-        self.collect(id, true)
-    }
-
-    fn collect(&mut self, id: u32, ack: bool) -> Outcome {
         let mut outcome = Outcome::default();
         let deadline = Instant::now() + PATIENCE;
         loop {
@@ -261,9 +257,7 @@ impl Runner {
                     } else {
                         outcome.stderr.extend_from_slice(&frame.data);
                     }
-                    if ack {
-                        self.send_raw(&encode(Kind::Ack, id, &encode_ack(frame.data.len())));
-                    }
+                    self.send_raw(&encode(Kind::Ack, id, &encode_ack(frame.data.len())));
                 }
                 Some(Kind::Ended) => {
                     outcome.end = Some(End::decode(&frame.data).unwrap_or_else(|| {
@@ -561,7 +555,7 @@ fn output_waits_at_the_window_until_acknowledged_without_stalling_others() {
         );
         // Another request is not held up meanwhile.
         runner.run(2, "echo other", KOD, 1000, b"");
-        let other = runner.collect(2, true);
+        let other = runner.finish(2);
         assert_eq!(other.stdout, b"other\n", "{implementation:?}");
         // Acknowledged, the rest comes.
         runner.send_raw(&encode(Kind::Ack, 1, &encode_ack(got)));

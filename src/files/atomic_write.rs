@@ -117,15 +117,15 @@ pub(crate) enum ModeRule {
     /// An existing file's bits; a new file gets these (a push: the local file's mode for a
     /// new file, as `install`, scp and Ansible's copy keep an existing file's).
     KeepOrNew(u32),
-    /// These bits, whatever was there (a push asked to apply the local mode: `-p`).
+    /// These bits, whatever was there (a push asked to apply the local mode: `--preserve`).
     Set(u32),
 }
 
 impl ModeRule {
-    /// The bits for a file whose existing bits are `existing` (`None`: a new file, or
-    /// unknown; `Some(None)`: it exists, bits not reported).
-    pub(crate) fn bits(self, existing: Option<Option<u32>>) -> u32 {
-        match (self, existing.flatten()) {
+    /// The bits for a file whose existing bits are `existing` (`None`: a new file, or one
+    /// whose bits the server did not report).
+    pub(crate) fn bits(self, existing: Option<u32>) -> u32 {
+        match (self, existing) {
             (ModeRule::Set(bits), _) => bits,
             (ModeRule::Keep | ModeRule::KeepOrNew(_), Some(old)) => old,
             (ModeRule::KeepOrNew(bits), None) => bits,
@@ -202,7 +202,7 @@ impl SshExecutor {
             }
         };
         let existing = target.existing.as_ref();
-        let mode = mode.bits(existing.map(|a| a.permissions));
+        let mode = mode.bits(existing.and_then(|a| a.permissions));
         let owner = existing.and_then(|a| a.uid.zip(a.gid));
         channel
             .fill_and_close(file, content, mode, owner)

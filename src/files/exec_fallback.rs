@@ -276,7 +276,7 @@ mod tests {
         ] {
             existing("old");
             assert_eq!(write("old", rule), over_existing, "{rule:?}");
-            assert_eq!(rule.bits(Some(Some(0o600))), over_existing, "{rule:?}");
+            assert_eq!(rule.bits(Some(0o600)), over_existing, "{rule:?}");
             let _ = std::fs::remove_file(dir.path().join("fresh"));
             assert_eq!(write("fresh", rule), new, "{rule:?}");
             assert_eq!(rule.bits(None), new, "{rule:?}");

@@ -39,8 +39,8 @@ const NO_DIGEST_TOOL: u32 = 127;
 #[non_exhaustive]
 pub struct PushOptions {
     /// Apply the local file's permission bits to files that exist on the host too (pdcp's
-    /// and clush's `-p`, `swiftide-ssh push -p`). Defaults to false: an existing file keeps
-    /// its bits, a new one gets the local file's.
+    /// and clush's `-p`, `swiftide-ssh push --preserve`). Defaults to false: an existing file
+    /// keeps its bits, a new one gets the local file's.
     pub local_modes: bool,
 }
 
@@ -49,6 +49,15 @@ impl PushOptions {
     pub fn local_modes(mut self, enabled: bool) -> Self {
         self.local_modes = enabled;
         self
+    }
+
+    /// The bits a pushed file whose local bits are `local` gets.
+    fn mode_rule(&self, local: u32) -> ModeRule {
+        if self.local_modes {
+            ModeRule::Set(local)
+        } else {
+            ModeRule::KeepOrNew(local)
+        }
     }
 }
 
@@ -291,12 +300,7 @@ async fn push_one(
         .collect();
     futures::stream::iter(source.files.iter().zip(&targets))
         .map(|(file, target)| {
-            let mode = if options.local_modes {
-                ModeRule::Set(file.mode)
-            } else {
-                ModeRule::KeepOrNew(file.mode)
-            };
-            executor.write_resolved_mode(target, &file.content, mode)
+            executor.write_resolved_mode(target, &file.content, options.mode_rule(file.mode))
         })
         .buffer_unordered(FILES_IN_FLIGHT)
         .try_collect::<Vec<()>>()

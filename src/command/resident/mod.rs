@@ -198,9 +198,17 @@ impl RunnerRequest {
     /// Whether the request fits in one frame ([`protocol::MAX_DATA`]); a larger one goes
     /// per exec, where the universal form carries a command of any length on stdin.
     pub(crate) fn fits(&self) -> bool {
-        let stdin = self.stdin.as_ref().map_or(0, Bytes::len);
-        let len = 9usize.saturating_add(self.text.len()).saturating_add(stdin);
-        u32::try_from(len).is_ok_and(|len| len <= protocol::MAX_DATA)
+        self.run(RunFlags::default(), 0).fits()
+    }
+
+    /// The run request's data for this command.
+    fn run(&self, flags: RunFlags, grace_ms: u32) -> Run<'_> {
+        Run {
+            flags,
+            grace_ms,
+            text: &self.text,
+            stdin: self.stdin.as_deref().unwrap_or_default(),
+        }
     }
 
     /// Stdin data up to which the crate's own scripts take the runner: the request holds
@@ -605,25 +613,16 @@ impl Resident {
         request: &RunnerRequest,
         config: &Config,
     ) -> std::result::Result<(u32, mpsc::UnboundedReceiver<Frame>), ()> {
-        let flags = [
-            (config.kill_on_disconnect, RunFlags::KILL_ON_DISCONNECT),
-            (request.stdin.is_some(), RunFlags::STDIN),
-            (request.system_shell, RunFlags::SYSTEM_SHELL),
-        ]
-        .into_iter()
-        .filter(|(set, _)| *set)
-        .fold(0, |flags, (_, flag)| flags | flag);
-        let run = Run {
-            flags: RunFlags(flags),
-            grace_ms: u32::try_from(config.kill_grace.as_millis()).unwrap_or(u32::MAX),
-            text: &request.text,
-            stdin: request.stdin.as_deref().unwrap_or_default(),
-        };
-        if !request.fits() {
+        let flag = |set: bool, flag: u8| if set { flag } else { 0 };
+        let flags = flag(config.kill_on_disconnect, RunFlags::KILL_ON_DISCONNECT)
+            | flag(request.stdin.is_some(), RunFlags::STDIN)
+            | flag(request.system_shell, RunFlags::SYSTEM_SHELL);
+        let grace_ms = u32::try_from(config.kill_grace.as_millis()).unwrap_or(u32::MAX);
+        let run = request.run(RunFlags(flags), grace_ms);
+        if !run.fits() {
             return Err(());
         }
-        let data = run.encode();
-        self.send_routed(Kind::Run, &data).await
+        self.send_routed(Kind::Run, &run.encode()).await
     }
 
     /// Sends a request of `kind` with `data`, routed like [`submit`](Self::submit)'s.
