@@ -460,9 +460,9 @@ impl SshExecutor {
             &wrapped,
         );
         // A resident runner runs the direct form's text with `sh -c` itself, whatever the
-        // login shell: for the same commands as the direct form, as the login user, with
-        // stdin at /dev/null and no terminal.
-        let resident = (exchange.is_none() && stdin_fifo.is_none() && pty.is_none())
+        // login shell: as the login, or as the escalation's target through the runner
+        // started through it, with stdin at /dev/null and no terminal.
+        let resident = (stdin_fifo.is_none() && pty.is_none())
             .then(|| command::direct_text(&program, dir.as_deref(), &config.env))
             .flatten()
             .map(command::resident::RunnerRequest::command);

@@ -14,7 +14,7 @@ use common::{remote_processes, token, wait_until_gone};
 use swiftide_core::{Command, ToolExecutor};
 use swiftide_ssh_executor::{
     Become, BecomeFailure, BecomeMethod, Error, ExecOptions, ExitStatus, Fleet, HostStatus,
-    JobOptions, JobStatus, JobStream, Secret, SshExecutor,
+    JobOptions, JobStatus, JobStream, Runner, Secret, SshExecutor,
 };
 use swiftide_ssh_testbed::{
     BECOME_PASSWORD, BECOME_TARGET_PASSWORD, BECOME_TARGET_USER, Escalation, LoginShell, Testbed,
@@ -67,8 +67,17 @@ fn become_failure(
 #[tokio::test]
 async fn nopasswd_sudo_runs_commands_as_root_exactly_as_they_run_unescalated() {
     let tb = escalation_testbed(Escalation::SudoNoPassword);
-    let executor = common::builder(&tb)
+    for runner in [Runner::Resident, Runner::PerExec] {
+        nopasswd_sudo_runs_commands_as_root(&tb, runner).await;
+    }
+}
+
+/// The rounds of the test above through `runner`: the escalated runner, or one escalation
+/// per command (pre-escalated spares).
+async fn nopasswd_sudo_runs_commands_as_root(tb: &Testbed, runner: Runner) {
+    let executor = common::builder(tb)
         .envs([("GREETING", "it's a \"test\"")])
+        .runner(runner)
         .build()
         .await
         .unwrap();
@@ -96,9 +105,18 @@ async fn nopasswd_sudo_runs_commands_as_root_exactly_as_they_run_unescalated() {
         );
         assert_eq!(run.stderr(), b"to-stderr\n", "round {round}");
     }
-    // The later rounds found a shell the tool had started ahead of them.
     let stats = root.pool_stats();
-    assert!(stats.escalated_spares_used >= 1, "{stats:?}");
+    if runner == Runner::PerExec {
+        // The later rounds found a shell the tool had started ahead of them.
+        assert!(stats.escalated_spares_used >= 1, "{stats:?}");
+    } else {
+        // One runner, started through sudo once, ran every round.
+        assert_eq!(
+            (stats.runners_started, stats.runner_commands),
+            (1, 4),
+            "{stats:?}"
+        );
+    }
     // The unescalated handle on the same pool is still the login user.
     let me = executor.run("id -un").await.unwrap();
     assert_eq!(String::from_utf8_lossy(&me.stdout()).trim(), tb.user());
@@ -250,6 +268,79 @@ async fn password_sudo_right_wrong_empty_and_missing() {
         .unwrap();
     let error = wrong.exec_cmd(&Command::shell("true")).await.unwrap_err();
     assert!(error.to_string().contains("incorrect password"), "{error}");
+}
+
+/// Through the resident runner, a password escalation is one exchange per connection: the
+/// runner started through `sudo -S` runs every later command as root. A handle without the
+/// password, or with another, never uses it.
+#[tokio::test]
+async fn a_password_escalation_answers_one_prompt_for_many_commands() {
+    let tb = escalation_testbed(Escalation::SudoPassword);
+    let executor = common::builder(&tb)
+        .runner(Runner::Resident)
+        .build()
+        .await
+        .unwrap();
+    let asked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = asked.clone();
+    let root = executor
+        .with_become(Become::sudo().password_provider(
+            move |_: &swiftide_ssh_executor::PasswordRequest| {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Some(Secret::new(BECOME_PASSWORD))
+            },
+        ))
+        .unwrap();
+    for round in 0..5 {
+        let run = root.run("id -u; echo err >&2; exit 2").await.unwrap();
+        assert_eq!(
+            (run.status.clone(), run.stdout(), run.stderr()),
+            (ExitStatus::Code(2), b"0\n".to_vec(), b"err\n".to_vec()),
+            "round {round}"
+        );
+    }
+    assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let stats = root.pool_stats();
+    assert_eq!(
+        (stats.runners_started, stats.runner_commands),
+        (1, 5),
+        "{stats:?}"
+    );
+
+    // Same pool, same target, no password: sudo -n decides, as it would per exec.
+    let none = executor.with_become(Become::sudo()).unwrap();
+    let (reason, message) = become_failure(none.run("touch /tmp/never-ran-none").await);
+    assert_eq!(reason, BecomeFailure::PasswordRequired, "{message}");
+    let wrong = executor
+        .with_become(Become::sudo().password("not-the-password"))
+        .unwrap();
+    let (reason, message) = become_failure(wrong.run("touch /tmp/never-ran-wrong").await);
+    assert_eq!(reason, BecomeFailure::IncorrectPassword, "{message}");
+    assert!(!Path::new("/tmp/never-ran-none").exists());
+    assert!(!Path::new("/tmp/never-ran-wrong").exists());
+    // The first handle's runner still serves it, and starts its jobs (as root, in root's
+    // state directory).
+    assert_eq!(root.run("id -un").await.unwrap().stdout(), b"root\n");
+    let before = root.pool_stats().runner_commands;
+    let id = format!("runner-become-{}", token());
+    let job = root
+        .spawn_job("id -u; echo done", JobOptions::new().id(&id))
+        .await
+        .unwrap();
+    assert_eq!(
+        job.wait(Duration::from_secs(20)).await.unwrap(),
+        JobStatus::Exited(ExitStatus::Code(0))
+    );
+    let out = job.read(JobStream::Stdout, 0, 1 << 20).await.unwrap();
+    assert_eq!(&out.bytes[..], b"0\ndone\n");
+    assert!(
+        Path::new("/root/.local/state/swiftide-ssh/jobs")
+            .join(&id)
+            .is_dir()
+    );
+    let stats = root.pool_stats();
+    assert_eq!(stats.runners_started, 1, "{stats:?}");
+    assert!(stats.runner_commands > before, "{stats:?}");
 }
 
 #[tokio::test]

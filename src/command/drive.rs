@@ -106,12 +106,9 @@ impl ExecRequest {
             )?)),
             None => None,
         };
-        // Unescalated scripts take a resident runner where the connection has one; an
-        // escalated one runs as another account, which the login's runner is not.
-        let resident = exchange
-            .is_none()
-            .then(|| RunnerRequest::script(script, data))
-            .flatten();
+        // Scripts take the connection's runner for their identity (the login's, or the one
+        // started through the escalation), where one starts.
+        let resident = RunnerRequest::script(script, data);
         Ok(ExecRequest {
             wrapper: wrapped.request,
             stdin: wrapped.stdin.into(),
@@ -124,8 +121,6 @@ impl ExecRequest {
             escalation: exchange,
             pre_escalated,
             pty: None,
-            // Unescalated scripts take a resident runner where the connection has one; an
-            // escalated one runs as another account, which the login's runner is not.
             resident,
         })
     }
@@ -546,10 +541,11 @@ async fn drive_once(
         .filter(|job| input.is_none() && job.fits() && resident::wanted(config))
     {
         let running = Running::new(slot.session.clone());
-        match resident::runner_for(inner, &slot.session).await {
+        let escalation = request.escalation.as_ref();
+        match resident::runner_for(inner, &slot.session, escalation).await {
             Choice::Use(runner) => {
                 return drive_on_runner(
-                    inner, slot, running, &runner, job, events, budget, kill, gate,
+                    inner, slot, running, &runner, job, escalation, events, budget, kill, gate,
                 )
                 .await;
             }
@@ -1016,6 +1012,7 @@ async fn drive_on_runner(
     _running: Running,
     runner: &Arc<Resident>,
     job: &RunnerRequest,
+    escalation: Option<&Exchange>,
     events: &mpsc::UnboundedSender<Event>,
     budget: &tokio::sync::Semaphore,
     kill: &mut oneshot::Receiver<()>,
@@ -1089,7 +1086,8 @@ async fn drive_on_runner(
                     tracing::warn!(host = %config.host, ?pgid,
                         "the resident runner ended while a command ran; killing its group");
                     if let Some(pgid) = pgid {
-                        spawn_kill(inner.clone(), session, None, pgid, false);
+                        // As the runner's identity: an escalated group is the target's.
+                        spawn_kill(inner.clone(), session, escalation.map(Exchange::fresh), pgid, false);
                     }
                     return Attempt::Done(Err(Error::RunnerLost {
                         host: config.host.clone(),

@@ -382,7 +382,9 @@ pub(crate) fn classify(
 /// after `request` was sent on it: sends `stdin` (the bootstrap's payload) when the tool
 /// cannot read it as a password, answers the tool's prompt, and returns once the marker
 /// `marker` says the target's shell runs the bootstrap, the payload sent by then. Messages
-/// after the marker stay in the channel for the caller.
+/// after the marker stay in the channel for the caller; the stdout that came before it is
+/// returned (the tool's words, or the start of what the bootstrap ran: a `sudo -n` tool gets
+/// its payload at once, and the two streams are not ordered).
 ///
 /// # Errors
 /// [`Error::BecomeFailed`] when the tool ends or gives up first, or within
@@ -394,7 +396,7 @@ pub(crate) async fn hand_over(
     config: &Config,
     marker: &str,
     stdin: &[u8],
-) -> Result<()> {
+) -> Result<Vec<u8>> {
     let waits = exchange.payload_waits();
     if !waits {
         send(channel, stdin, config).await?;
@@ -402,6 +404,7 @@ pub(crate) async fn hand_over(
     let mut parser = crate::command::marker::MarkerParser::escalated(marker);
     let mut watcher = exchange.watcher();
     let mut said = Vec::new();
+    let mut stdout = Vec::new();
     let mut decided: Option<BecomeFailure> = None;
     let mut exit: Option<u32> = None;
     let deadline = tokio::time::Instant::now() + exchange.settings.timeout;
@@ -421,11 +424,14 @@ pub(crate) async fn hand_over(
                     if waits {
                         send(channel, stdin, config).await?;
                     }
-                    return Ok(());
+                    return Ok(stdout);
                 }
             }
             // Before the marker, stdout is the tool's too (BusyBox's su prompts there).
-            Some(russh::ChannelMsg::Data { data }) => said.extend_from_slice(&data),
+            Some(russh::ChannelMsg::Data { data }) => {
+                said.extend_from_slice(&data);
+                stdout.extend_from_slice(&data);
+            }
             Some(russh::ChannelMsg::ExitStatus { exit_status }) => {
                 exit = Some(exit_status);
                 continue;

@@ -102,6 +102,9 @@ pub struct Become {
     pub(crate) timeout: Duration,
     /// The tool's path (Ansible's `become_exe`); `None`: its name, found on `PATH`.
     pub(crate) exe: Option<String>,
+    /// A random token drawn when a password or provider is set (0: none), which
+    /// [`access_key`](Self::access_key) names the credential by.
+    pub(crate) credential: u64,
 }
 
 impl fmt::Debug for Become {
@@ -137,6 +140,7 @@ impl Become {
             password: None,
             timeout: DEFAULT_BECOME_TIMEOUT,
             exe: None,
+            credential: 0,
         }
     }
 
@@ -199,6 +203,7 @@ impl Become {
     #[must_use]
     pub fn password(mut self, password: impl Into<Secret>) -> Self {
         self.password = Some(BecomePassword::Fixed(password.into()));
+        self.credential = rand::random::<u64>() | 1;
         self
     }
 
@@ -207,6 +212,7 @@ impl Become {
     #[must_use]
     pub fn password_provider(mut self, provider: impl PasswordProvider + 'static) -> Self {
         self.password = Some(BecomePassword::Provider(Arc::new(provider)));
+        self.credential = rand::random::<u64>() | 1;
         self
     }
 
@@ -263,6 +269,19 @@ impl Become {
         for flag in &self.flags {
             key.push('\0');
             key.push_str(flag);
+        }
+        key
+    }
+
+    /// The key for what an escalation keeps open once it succeeded (a connection's escalated
+    /// SFTP channels and runners): the [`identity`](Self::identity) and the credential that
+    /// opened it, so that a handle without the password, or with another one, never uses
+    /// what a handle with it opened; it escalates on its own, as the tool decides. Clones of
+    /// a `Become` share it.
+    pub(crate) fn access_key(&self) -> String {
+        let mut key = self.identity();
+        if self.credential != 0 {
+            key.push_str(&format!("\0credential:{:016x}", self.credential));
         }
         key
     }

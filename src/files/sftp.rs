@@ -807,7 +807,7 @@ pub(crate) struct SftpSlots {
     /// The login's channel.
     login: tokio::sync::Mutex<Held>,
     /// The channels of escalated handles (an sftp-server started through sudo, doas or su),
-    /// one per escalation identity (`Become::identity`).
+    /// one per escalation and credential (`Become::access_key`).
     escalated: tokio::sync::Mutex<std::collections::HashMap<String, Held>>,
 }
 
@@ -883,7 +883,7 @@ impl SshExecutor {
         let executor = self.clone();
         tokio::spawn(async move {
             let slots = session.extensions.get::<SftpSlots>();
-            match executor.escalation().map(crate::config::Become::identity) {
+            match executor.escalation().map(crate::config::Become::access_key) {
                 None => fill(&mut *slots.login.lock().await, &executor, &session).await,
                 Some(identity) => {
                     let mut escalated = slots.escalated.lock().await;
@@ -902,7 +902,7 @@ impl SshExecutor {
     /// any: opens none, and waits for nothing (a channel being opened right now counts as
     /// none).
     pub(crate) fn open_sftp_channel(&self) -> Option<Arc<SftpChannel>> {
-        let identity = self.escalation().map(crate::config::Become::identity);
+        let identity = self.escalation().map(crate::config::Become::access_key);
         self.inner.registry.sessions().iter().find_map(|session| {
             let slots = session.extensions.peek::<SftpSlots>()?;
             match &identity {
@@ -925,7 +925,7 @@ impl SshExecutor {
         let Some(slots) = session.extensions.peek::<SftpSlots>() else {
             return;
         };
-        match self.escalation().map(crate::config::Become::identity) {
+        match self.escalation().map(crate::config::Become::access_key) {
             None => forget(&mut *slots.login.lock().await),
             Some(identity) => {
                 if let Some(slot) = slots.escalated.lock().await.get_mut(&identity) {

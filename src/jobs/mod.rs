@@ -322,8 +322,9 @@ impl SshExecutor {
     }
 
     /// Starts a job through the connection's resident runner (see
-    /// `command::resident::job`), for a login's job (not escalated) without stdin whose
-    /// command takes the direct form (the caller checks), on a host whose runner is Python.
+    /// `command::resident::job`; escalated, the runner started through the escalation) for
+    /// a job without stdin whose command takes the direct form (the caller checks), on a
+    /// host whose runner is Python.
     /// `None`: nothing was started there, and the shell start decides (also where the id
     /// exists already).
     async fn start_on_runner(&self, spec: &Spec, launch: &script::Launch) -> Option<Job> {
@@ -340,7 +341,7 @@ impl SshExecutor {
             kill_grace: spec.kill_grace,
         };
         let host = &self.inner.config.host;
-        match start_job(&self.inner, &request).await {
+        match start_job(&self.inner, &request, self.exchange().as_ref()).await {
             RunnerJobStart::Started { base, mirror } if base.starts_with(b"/") => {
                 let base = PathBuf::from(
                     <std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(base),
@@ -418,7 +419,7 @@ impl SshExecutor {
         let env = job_env(&config.env, &spec);
         let launch = script::launch(&spec, dir.as_deref(), &env, config)?;
         // Through the connection's runner where it can: no shell start at all.
-        let on_runner = launch.direct().is_some() && !spec.stdin && self.exchange().is_none();
+        let on_runner = launch.direct().is_some() && !spec.stdin;
         if on_runner {
             let (_, started) = tokio::join!(
                 Box::pin(self.premake_job_dir(&id)),

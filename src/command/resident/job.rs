@@ -84,9 +84,14 @@ pub(crate) enum RunnerJobStart {
     Fallback(String),
 }
 
-/// Starts `job` through the resident runner of a pooled connection, where it is a Python
-/// one (only `runner.py` supervises jobs).
-pub(crate) async fn start_job(pool: &Arc<Pool>, job: &RunnerJob<'_>) -> RunnerJobStart {
+/// Starts `job` through the resident runner of a pooled connection that runs as
+/// `escalation`'s target (`None`: the login), where it is a Python one (only `runner.py`
+/// supervises jobs).
+pub(crate) async fn start_job(
+    pool: &Arc<Pool>,
+    job: &RunnerJob<'_>,
+    escalation: Option<&crate::command::escalation::Exchange>,
+) -> RunnerJobStart {
     let config = &pool.config;
     if !super::wanted(config) {
         return RunnerJobStart::Fallback("no runner wanted".to_owned());
@@ -97,7 +102,7 @@ pub(crate) async fn start_job(pool: &Arc<Pool>, job: &RunnerJob<'_>) -> RunnerJo
         Err(error) => return RunnerJobStart::Fallback(error.to_string()),
     };
     let _running = Running::new(slot.session.clone());
-    let runner = match runner_for(pool, &slot.session).await {
+    let runner = match runner_for(pool, &slot.session, escalation).await {
         Choice::Use(runner) if runner.name.starts_with("python ") => runner,
         Choice::Use(runner) => {
             return RunnerJobStart::Fallback(format!("{} supervises no jobs", runner.name));

@@ -75,7 +75,10 @@ mod job;
 pub(crate) use job::{JobMirror, RunnerJob, RunnerJobStart, start_job};
 
 use crate::{
-    command::output::{ExitStatus, OutputChunk},
+    command::{
+        escalation::{Exchange, hand_over},
+        output::{ExitStatus, OutputChunk},
+    },
     config::{Config, Runner, limit},
     error::Error,
     pool::{self, ChannelCount, Counters, Pool, Session},
@@ -271,9 +274,26 @@ pub(crate) enum Choice {
     Fail(Error),
 }
 
-/// What a connection keeps about its runner (one of its `pool::Extensions`).
+/// What a connection keeps about its runners (one of its `pool::Extensions`): the login's,
+/// and one per escalation and credential (`Become::access_key`), each started once.
 #[derive(Default)]
-pub(crate) struct RunnerSlot {
+pub(crate) struct RunnerSlots(Mutex<HashMap<Option<String>, Arc<RunnerSlot>>>);
+
+impl RunnerSlots {
+    /// The slot of the runner that runs as `escalation`'s target (`None`: the login).
+    fn slot(&self, escalation: Option<&Exchange>) -> Arc<RunnerSlot> {
+        let key = escalation.map(|exchange| exchange.settings.access_key());
+        let mut slots = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        slots.entry(key).or_default().clone()
+    }
+}
+
+/// What a connection keeps about one of its runners.
+#[derive(Default)]
+struct RunnerSlot {
     /// The runner, once one answered.
     ready: Mutex<Option<Arc<Resident>>>,
     /// Held by the start in flight: one at a time per connection.
@@ -314,15 +334,21 @@ impl RunnerSlot {
                     *refused = Some(reason.clone());
                 }
             }
-            // The connection died under the start: nothing to keep.
-            Start::Retry(_) => {}
+            // The connection died under the start, or the escalation failed as it would per
+            // exec (the next command asks again): nothing to keep.
+            Start::Retry(_) | Start::Fail(_) => {}
         }
     }
 }
 
-/// The runner of `session`, started if need be (one start at a time per connection; the
-/// commands that come meanwhile wait for it).
-pub(crate) async fn runner_for(pool: &Arc<Pool>, session: &Arc<Session>) -> Choice {
+/// The runner of `session` that runs as `escalation`'s target (`None`: as the login),
+/// started if need be (one start at a time per connection and identity; the commands that
+/// come meanwhile wait for it).
+pub(crate) async fn runner_for(
+    pool: &Arc<Pool>,
+    session: &Arc<Session>,
+    escalation: Option<&Exchange>,
+) -> Choice {
     let config = &pool.config;
     let counters = &pool.registry.counters;
     let per_exec = |reason: String| match config.runner {
@@ -333,7 +359,7 @@ pub(crate) async fn runner_for(pool: &Arc<Pool>, session: &Arc<Session>) -> Choi
         }),
         _ => Choice::PerExec,
     };
-    let slot = session.extensions.get::<RunnerSlot>();
+    let slot = session.extensions.get::<RunnerSlots>().slot(escalation);
     let checked = |slot: &RunnerSlot| match (slot.ready(), slot.refused()) {
         (Some(runner), _) => Some(Choice::Use(runner)),
         (None, Some(reason)) => Some(per_exec(reason)),
@@ -353,31 +379,42 @@ pub(crate) async fn runner_for(pool: &Arc<Pool>, session: &Arc<Session>) -> Choi
     if let Some(choice) = checked(&slot) {
         return choice;
     }
-    let outcome = start(session, config, counters).await;
+    let outcome = start(session, config, counters, escalation).await;
     slot.record(&outcome, config, counters);
     match outcome {
         Start::Ready(runner) => Choice::Use(runner),
         Start::Refused(reason) => per_exec(reason),
         Start::Retry(error) => Choice::Retry(error),
+        Start::Fail(error) => Choice::Fail(error),
     }
 }
 
 enum Start {
     Ready(Arc<Resident>),
+    /// This interpreter did not answer; the next may.
     Refused(String),
+    /// The connection died under the start: nothing was sent.
     Retry(Error),
+    /// The escalation failed ([`Error::BecomeFailed`]): the command's per-exec escalation
+    /// would fail alike, and asking again would cost the password another try.
+    Fail(Error),
 }
 
-/// Starts a runner on `session`: the helper where one was given, then Python with
-/// `posix_spawn`, Perl, any Python; refused when none answers.
-async fn start(session: &Arc<Session>, config: &Config, counters: &Counters) -> Start {
+/// Starts a runner on `session` (through `escalation`, when given): the helper where one was
+/// given, then Python with `posix_spawn`, Perl, any Python; refused when none answers.
+async fn start(
+    session: &Arc<Session>,
+    config: &Config,
+    counters: &Counters,
+    escalation: Option<&Exchange>,
+) -> Start {
     let mut reasons = Vec::new();
     let helper = config
         .runner_helper
         .is_some()
         .then_some(Interpreter::Helper);
     for interpreter in helper.into_iter().chain(Interpreter::ALL) {
-        match start_with(interpreter, session, config, counters).await {
+        match start_with(interpreter, session, config, counters, escalation).await {
             Start::Refused(reason) => reasons.push(format!("{interpreter:?}: {reason}")),
             started => return started,
         }
@@ -390,6 +427,7 @@ async fn start_with(
     session: &Arc<Session>,
     config: &Config,
     counters: &Counters,
+    escalation: Option<&Exchange>,
 ) -> Start {
     let (mut channel, count) =
         match pool::open_channel(session, config, counters, &mut || true).await {
@@ -407,14 +445,17 @@ async fn start_with(
         Some(helper) => helper_request(&helper.sha256, helper.binary.len(), &nonce, &need),
         None => interpreter.request(script.len(), &nonce),
     };
-    if let Err(source) = channel.exec(true, request.into_bytes()).await {
-        return Start::Retry(Error::Ssh {
-            host: config.host.clone(),
-            port: config.port,
-            phase: crate::error::Phase::Exec,
-            source,
-        });
-    }
+    let said = match escalation {
+        None => launch(&channel, request, config).await,
+        Some(exchange) => launch_escalated(&mut channel, request, exchange, config).await,
+    };
+    let said = match said {
+        Ok(said) => said,
+        Err(failed) => {
+            let _ = channel.close().await;
+            return failed;
+        }
+    };
     // The script goes out while the hello is awaited: a login shell that exits at once
     // must not leave this write waiting for window space. The helper goes out only when
     // the host asks for it (`need`).
@@ -428,36 +469,35 @@ async fn start_with(
     }
     let mut script_out = send(channel.make_writer(), Bytes::from_static(script.as_bytes()));
     let mut helper_out = helper.map(|helper| (channel.make_writer(), helper));
-    let mut stdout = BytesMut::new();
+    let mut stdout = BytesMut::from(&said[..]);
     let mut stderr = Vec::new();
     let mut exit: Option<String> = None;
     let hello = limit::within(
         limit::deadline(tokio::time::Instant::now(), config.connect_timeout),
         async {
             loop {
+                // What came so far (an escalated start's stdout before its hand-over too).
+                if let Some((end, hello)) = protocol::find_hello(&stdout, &nonce) {
+                    stdout.advance(end);
+                    return Some(hello.name());
+                }
+                if helper_out.is_some()
+                    && stdout
+                        .windows(need.len())
+                        .any(|window| window == need.as_bytes())
+                    && let Some((writer, helper)) = helper_out.take()
+                {
+                    tracing::debug!(host = %config.host, sha256 = %helper.sha256,
+                        "installing the runner helper");
+                    script_out = send(writer, helper.binary.clone());
+                }
+                // Keep what may be the start of the hello, not the login's chatter.
+                if stdout.len() > 64 * 1024 {
+                    let keep = stdout.len() - 1024;
+                    stdout.advance(keep);
+                }
                 match channel.wait().await {
-                    Some(russh::ChannelMsg::Data { data }) => {
-                        stdout.extend_from_slice(&data);
-                        if let Some((end, hello)) = protocol::find_hello(&stdout, &nonce) {
-                            stdout.advance(end);
-                            return Some(hello.name());
-                        }
-                        if helper_out.is_some()
-                            && stdout
-                                .windows(need.len())
-                                .any(|window| window == need.as_bytes())
-                            && let Some((writer, helper)) = helper_out.take()
-                        {
-                            tracing::debug!(host = %config.host, sha256 = %helper.sha256,
-                                "installing the runner helper");
-                            script_out = send(writer, helper.binary.clone());
-                        }
-                        // Keep what may be the start of the hello, not the login's chatter.
-                        if stdout.len() > 64 * 1024 {
-                            let keep = stdout.len() - 1024;
-                            stdout.advance(keep);
-                        }
-                    }
+                    Some(russh::ChannelMsg::Data { data }) => stdout.extend_from_slice(&data),
                     Some(russh::ChannelMsg::ExtendedData { data, .. }) => {
                         if stderr.len() < 4096 {
                             stderr.extend_from_slice(&data);
@@ -506,6 +546,58 @@ async fn start_with(
         name,
         _count: count,
     }))
+}
+
+/// Sends the runner's start as the login's exec request. Returns what it said so far
+/// (nothing).
+async fn launch(
+    channel: &russh::Channel<russh::client::Msg>,
+    request: String,
+    config: &Config,
+) -> std::result::Result<Vec<u8>, Start> {
+    match channel.exec(true, request.into_bytes()).await {
+        Ok(()) => Ok(Vec::new()),
+        Err(source) => Err(Start::Retry(Error::Ssh {
+            host: config.host.clone(),
+            port: config.port,
+            phase: crate::error::Phase::Exec,
+            source,
+        })),
+    }
+}
+
+/// Sends the runner's start through `exchange`'s escalation, as one of the executor's own
+/// scripts (the escalated SFTP server's way: `script_request`, then [`hand_over`], which
+/// answers the tool's password prompt with a fresh random prompt). Returns the stdout that
+/// came before the hand-over, where a quick runner's hello may begin.
+async fn launch_escalated(
+    channel: &mut russh::Channel<russh::client::Msg>,
+    request: String,
+    exchange: &Exchange,
+    config: &Config,
+) -> std::result::Result<Vec<u8>, Start> {
+    let exchange = exchange.fresh();
+    let marker = crate::command::marker_prefix(rand::random());
+    let wrapped = crate::command::script_request(
+        &marker,
+        request.as_bytes(),
+        b"",
+        Some(&exchange.escalation()),
+    )
+    .map_err(Start::Fail)?;
+    if let Err(source) = channel.exec(true, wrapped.request).await {
+        return Err(Start::Retry(Error::Ssh {
+            host: config.host.clone(),
+            port: config.port,
+            phase: crate::error::Phase::Exec,
+            source,
+        }));
+    }
+    match hand_over(channel, &exchange, config, &marker, &wrapped.stdin).await {
+        Ok(said) => Ok(said),
+        Err(error @ Error::BecomeFailed { .. }) => Err(Start::Fail(error)),
+        Err(error) => Err(Start::Retry(error)),
+    }
 }
 
 /// Reads the runner's frames and hands each to its request's driver, until the channel
