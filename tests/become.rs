@@ -318,6 +318,14 @@ async fn a_password_escalation_answers_one_prompt_for_many_commands() {
     assert_eq!(reason, BecomeFailure::IncorrectPassword, "{message}");
     assert!(!Path::new("/tmp/never-ran-none").exists());
     assert!(!Path::new("/tmp/never-ran-wrong").exists());
+    // Nor the escalated SFTP channel the first handle opened: a root-only file is read by
+    // the handle with the password only.
+    let secret = tb.scratch_dir().join("root-only.txt");
+    std::fs::write(&secret, "root only").unwrap();
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    assert_eq!(root.read_file_bytes(&secret).await.unwrap(), b"root only");
+    let (reason, message) = become_failure(none.read_file_bytes(&secret).await.map(|_| ()));
+    assert_eq!(reason, BecomeFailure::PasswordRequired, "{message}");
     // The first handle's runner still serves it, and starts its jobs (as root, in root's
     // state directory).
     assert_eq!(root.run("id -un").await.unwrap().stdout(), b"root\n");
