@@ -318,6 +318,15 @@ async fn a_password_escalation_answers_one_prompt_for_many_commands() {
     assert_eq!(reason, BecomeFailure::IncorrectPassword, "{message}");
     assert!(!Path::new("/tmp/never-ran-none").exists());
     assert!(!Path::new("/tmp/never-ran-wrong").exists());
+    // Handles built apart with the same fixed password share one runner.
+    let started = root.pool_stats().runners_started;
+    for _ in 0..2 {
+        let again = executor
+            .with_become(Become::sudo().password(BECOME_PASSWORD))
+            .unwrap();
+        assert_eq!(again.run("id -u").await.unwrap().stdout(), b"0\n");
+    }
+    assert_eq!(root.pool_stats().runners_started, started + 1);
     // Nor the escalated SFTP channel the first handle opened: a root-only file is read by
     // the handle with the password only.
     let secret = tb.scratch_dir().join("root-only.txt");
@@ -347,7 +356,8 @@ async fn a_password_escalation_answers_one_prompt_for_many_commands() {
             .is_dir()
     );
     let stats = root.pool_stats();
-    assert_eq!(stats.runners_started, 1, "{stats:?}");
+    // The provider's runner and the fixed password's: no third.
+    assert_eq!(stats.runners_started, 2, "{stats:?}");
     assert!(stats.runner_commands > before, "{stats:?}");
 }
 

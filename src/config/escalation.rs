@@ -102,8 +102,9 @@ pub struct Become {
     pub(crate) timeout: Duration,
     /// The tool's path (Ansible's `become_exe`); `None`: its name, found on `PATH`.
     pub(crate) exe: Option<String>,
-    /// A random token drawn when a password or provider is set (0: none), which
-    /// [`access_key`](Self::access_key) names the credential by.
+    /// What [`access_key`](Self::access_key) names the credential by (0: none): a fixed
+    /// password's [`fingerprint`], so that handles built apart with the same password share
+    /// what it opened; a random token for a provider, which clones share.
     pub(crate) credential: u64,
 }
 
@@ -124,6 +125,22 @@ impl fmt::Debug for Become {
             .field("timeout", &self.timeout)
             .finish()
     }
+}
+
+/// A fixed password's name in [`Become::access_key`]: 64 bits of SHA-256 over a random key
+/// drawn once per process and the password, so equal passwords match within the process and
+/// the value says nothing about the password outside it. Never 0.
+fn fingerprint(password: &Secret) -> u64 {
+    use sha2::Digest;
+    static KEY: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
+    let key = KEY.get_or_init(rand::random);
+    let digest = sha2::Sha256::new()
+        .chain_update(key)
+        .chain_update(password.expose().as_bytes())
+        .finalize();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    u64::from_le_bytes(first) | 1
 }
 
 /// The longest an escalation may take, prompt and password check included, by default:
@@ -202,8 +219,9 @@ impl Become {
     /// not contain a newline or NUL.
     #[must_use]
     pub fn password(mut self, password: impl Into<Secret>) -> Self {
-        self.password = Some(BecomePassword::Fixed(password.into()));
-        self.credential = rand::random::<u64>() | 1;
+        let password = password.into();
+        self.credential = fingerprint(&password);
+        self.password = Some(BecomePassword::Fixed(password));
         self
     }
 
