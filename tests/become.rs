@@ -361,6 +361,72 @@ async fn a_password_escalation_answers_one_prompt_for_many_commands() {
     assert!(stats.runner_commands > before, "{stats:?}");
 }
 
+/// A password provider that counts how often it was asked.
+fn counting_provider(
+    password: &'static str,
+) -> (
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    impl swiftide_ssh_executor::PasswordProvider + 'static,
+) {
+    let asked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = asked.clone();
+    let provider = move |_: &swiftide_ssh_executor::PasswordRequest| {
+        counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Some(Secret::new(password))
+    };
+    (asked, provider)
+}
+
+/// Under `Runner::Auto` no escalated command waits for the runner's start: the runner
+/// starts through the tool in the background, and only once a command has shown the
+/// password good, so a wrong password costs one attempt per command, never more.
+#[tokio::test]
+async fn under_auto_the_escalated_runner_starts_in_the_background_once_the_password_is_good() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let tb = escalation_testbed(Escalation::SudoPassword);
+    let executor = common::builder(&tb)
+        .runner(Runner::Auto)
+        .build()
+        .await
+        .unwrap();
+    let (wrong_asked, wrong_provider) = counting_provider("not-the-password");
+    let wrong = executor
+        .with_become(Become::sudo().password_provider(wrong_provider))
+        .unwrap();
+    for _ in 0..2 {
+        let (reason, message) = become_failure(wrong.run("true").await);
+        assert_eq!(reason, BecomeFailure::IncorrectPassword, "{message}");
+    }
+    assert_eq!(wrong_asked.load(SeqCst), 2);
+    assert_eq!(executor.pool_stats().runners_started, 0);
+
+    let (asked, provider) = counting_provider(BECOME_PASSWORD);
+    let root = executor
+        .with_become(Become::sudo().password_provider(provider))
+        .unwrap();
+    // The first command escalates per exec; once the tool has let it through, the runner's
+    // start through the tool is set off beside it.
+    assert_eq!(root.run("id -u").await.unwrap().stdout(), b"0\n");
+    let stats = common::stats_when(&root, |stats| stats.runners_started == 1).await;
+    assert_eq!(
+        (stats.runners_started, stats.runner_commands),
+        (1, 0),
+        "{stats:?}"
+    );
+    assert_eq!(asked.load(SeqCst), 2);
+    for _ in 0..5 {
+        assert_eq!(root.run("id -u").await.unwrap().stdout(), b"0\n");
+    }
+    let stats = root.pool_stats();
+    assert_eq!(
+        (stats.runners_started, stats.runner_commands),
+        (1, 5),
+        "{stats:?}"
+    );
+    assert_eq!(asked.load(SeqCst), 2);
+    assert_eq!(wrong_asked.load(SeqCst), 2);
+}
+
 #[tokio::test]
 async fn requiretty_not_in_sudoers_and_unknown_users_are_typed_and_quick() {
     let tty = escalation_testbed(Escalation::SudoRequireTty);

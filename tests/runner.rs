@@ -474,6 +474,36 @@ async fn the_helper_is_installed_privately_and_an_altered_copy_never_runs() {
     std::fs::remove_dir_all(&home).ok();
 }
 
+/// Under `Runner::Auto` no command waits for a runner's start: the first ones on a connection
+/// go per exec while the runner starts in the background, and the later ones take it.
+#[tokio::test]
+async fn under_auto_no_command_waits_for_the_runners_start() {
+    let tb = testbed();
+    let auto = executor(&tb, Runner::Auto).await;
+    let first = auto.run("echo first; exit 3").await.unwrap();
+    assert_eq!(
+        (first.stdout(), first.status.clone()),
+        (b"first\n".to_vec(), ExitStatus::Code(3))
+    );
+    let stats = auto.pool_stats();
+    assert_eq!(
+        stats.runner_commands, 0,
+        "the first command waited: {stats:?}"
+    );
+    let stats = common::stats_when(&auto, |stats| stats.runners_started == 1).await;
+    assert_eq!(stats.runners_started, 1, "{stats:?}");
+    for round in 0..3 {
+        let out = auto.run("echo later").await.unwrap();
+        assert_eq!(out.stdout(), b"later\n", "round {round}");
+    }
+    let stats = auto.pool_stats();
+    assert_eq!(
+        (stats.runners_started, stats.runner_commands),
+        (1, 3),
+        "{stats:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_host_without_perl_or_python_runs_per_exec_under_auto_and_refuses_resident() {
     let tb = host_with(&[]);
@@ -488,7 +518,8 @@ async fn a_host_without_perl_or_python_runs_per_exec_under_auto_and_refuses_resi
             (b"1\n".to_vec(), ExitStatus::Code(4))
         );
     }
-    let stats = auto.pool_stats();
+    // The start that found no interpreter ran in the background, once.
+    let stats = common::stats_when(&auto, |stats| stats.runner_fallbacks > 0).await;
     assert_eq!(
         (
             stats.runner.clone(),

@@ -19,6 +19,7 @@
 
 mod r#become;
 mod bulk;
+mod burst;
 mod child;
 mod fleet;
 mod forwards;
@@ -52,6 +53,7 @@ use crate::{
 
 pub const SCENARIOS: &[&str] = &[
     "latency",
+    "burst",
     "throughput",
     "streaming",
     "files",
@@ -244,6 +246,7 @@ fn run(args: &[String]) -> anyhow::Result<()> {
             "forwards" => forwards::forwards(&mut ctx, &mut report),
             "deadhosts" => fleet::dead_hosts(&mut ctx, &mut report),
             "inventory" => inventory::inventory(&mut ctx, &mut report),
+            "burst" => burst::burst_starts(&mut ctx, &mut report),
             _ => unreachable!(),
         };
         if let Err(e) = result {

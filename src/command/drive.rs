@@ -763,6 +763,9 @@ async fn drive_once(
                         pgid = found;
                         become_deadline = None;
                         watcher = None;
+                        if let Some(exchange) = escalation {
+                            resident::note_escalated(inner, &session, exchange);
+                        }
                         if !prestarted
                             && let Some(shell) =
                                 marker.traits().and_then(|traits| traits.strip_prefix("S "))

@@ -18,14 +18,15 @@
 pub enum Runner {
     /// A resident runner where the host can start one (the helper runs, or the account's
     /// `PATH` has `python3` or `perl`),
-    /// else one session per command, silently: the results are the same either way.
+    /// else one session per command, silently: the results are the same either way. The
+    /// runner starts in the background: the command that sets it off runs per exec.
     /// A [`Fleet`](crate::Fleet)'s work on a host starts none (one already running on the
     /// connection is used): one command, or a few, per host cost less per exec.
     #[default]
     Auto,
-    /// A resident runner or nothing: a command that could use it fails with
-    /// [`Error::RunnerUnavailable`](crate::Error::RunnerUnavailable) on a host where none
-    /// starts.
+    /// A resident runner or nothing: a command that could use it waits for its start, and
+    /// fails with [`Error::RunnerUnavailable`](crate::Error::RunnerUnavailable) on a host
+    /// where none starts.
     Resident,
     /// One SSH session per command, as before there was a runner.
     PerExec,

@@ -259,3 +259,19 @@ pub fn runner_helper_path() -> std::path::PathBuf {
 pub fn runner_helper() -> Vec<u8> {
     std::fs::read(runner_helper_path()).expect("the runner helper")
 }
+
+/// Waits up to 10 s for the executor's statistics to satisfy `ready` (a runner started in
+/// the background, a fallback recorded) and returns the last snapshot.
+pub async fn stats_when(
+    executor: &SshExecutor,
+    ready: impl Fn(&swiftide_ssh_executor::PoolStats) -> bool,
+) -> swiftide_ssh_executor::PoolStats {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let stats = executor.pool_stats();
+        if ready(&stats) || std::time::Instant::now() >= deadline {
+            return stats;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
