@@ -281,15 +281,9 @@ async fn a_password_escalation_answers_one_prompt_for_many_commands() {
         .build()
         .await
         .unwrap();
-    let asked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counted = asked.clone();
+    let (asked, provider) = counting_provider(BECOME_PASSWORD);
     let root = executor
-        .with_become(Become::sudo().password_provider(
-            move |_: &swiftide_ssh_executor::PasswordRequest| {
-                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                Some(Secret::new(BECOME_PASSWORD))
-            },
-        ))
+        .with_become(Become::sudo().password_provider(provider))
         .unwrap();
     for round in 0..5 {
         let run = root.run("id -u; echo err >&2; exit 2").await.unwrap();
