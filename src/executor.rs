@@ -373,111 +373,22 @@ impl SshExecutor {
         )
     }
 
-    /// The exec request (every form of it) for `command` with `options`; its stdin read from
-    /// the FIFO `stdin_fifo` on the host, when given.
+    /// The request for `command` with `options`; its stdin read from the FIFO `stdin_fifo`
+    /// on the host, when given.
     fn request(
         &self,
         command: &str,
         options: &ExecOptions,
         stdin_fifo: Option<&command::FeederFifo>,
     ) -> Result<ExecRequest> {
-        let program = Program::parse(command);
-        let marker = command::marker_prefix(rand::random());
-        let dir = self.resolve_dir(options.current_dir.as_deref());
-        let config = &self.inner.config;
-        let pty = options.pty.clone();
-        let supervision = match (&pty, stdin_fifo) {
-            (Some(_), _) => Supervision::of(config).terminal(),
-            (None, Some(_)) => Supervision::of(config).caller_stdin(),
-            (None, None) => Supervision::of(config),
-        };
-        // What the universal payload runs first: undoing a terminal's payload modes (see
-        // `command::pty`), or opening the caller's stdin.
-        let prefix = match (&pty, stdin_fifo) {
-            (Some(pty), _) => pty.restore_prefix(),
-            (None, Some(fifo)) => fifo.open_prefix(),
-            (None, None) => Vec::new(),
-        };
-        let prefixed = |mut wrapped: command::Wrapped| {
-            let mut stdin = prefix.clone();
-            stdin.extend_from_slice(&wrapped.stdin);
-            wrapped.stdin = stdin;
-            wrapped
-        };
-        let exchange = self.exchange();
-        let escalation = exchange.as_ref().map(Exchange::escalation);
-        let wrapped = prefixed(command::wrapper(
-            &program,
-            dir.as_deref(),
-            &config.env,
-            &marker,
-            supervision,
-            escalation.as_ref(),
-        )?);
-        // The direct form runs the command as the login shell's user: not under an
-        // escalation, whose commands take the universal form through the tool; nor with the
-        // caller's stdin, which its payload opens.
-        let direct = (exchange.is_none() && stdin_fifo.is_none())
-            .then(|| {
-                command::direct_wrapper(&program, dir.as_deref(), &config.env, &marker, supervision)
-            })
-            .flatten()
-            .map(|direct| (direct.request, direct.stdin.into(), direct.controlled));
-        // A spare pre-escalated for this escalation runs as the target already: it gets the
-        // payload of the unescalated request. (A terminal's channel is never a spare.)
-        let pre_escalated = match exchange
-            .as_ref()
-            .filter(|exchange| exchange.spares.is_some() && pty.is_none())
-        {
-            Some(_) => {
-                let plain = prefixed(command::wrapper(
-                    &program,
-                    dir.as_deref(),
-                    &config.env,
-                    &marker,
-                    supervision,
-                    None,
-                )?);
-                Some(command::prestart_payload(
-                    stdin_fifo.is_none().then_some(&program),
-                    dir.as_deref(),
-                    &config.env,
-                    &marker,
-                    supervision,
-                    &plain,
-                ))
-            }
-            None => None,
-        };
-        // A pre-started spare's direct form would run the command with stdin at /dev/null
-        // (and as the login user): the universal form for those.
-        let prestarted = command::prestart_payload(
-            (exchange.is_none() && stdin_fifo.is_none()).then_some(&program),
-            dir.as_deref(),
-            &config.env,
-            &marker,
-            supervision,
-            &wrapped,
-        );
-        // A resident runner runs the direct form's text with `sh -c` itself, whatever the
-        // login shell: as the login, or as the escalation's target through the runner
-        // started through it, with stdin at /dev/null and no terminal.
-        let resident = (stdin_fifo.is_none() && pty.is_none())
-            .then(|| command::direct_text(&program, dir.as_deref(), &config.env))
-            .flatten()
-            .map(command::resident::RunnerRequest::command);
-        Ok(ExecRequest {
-            resident,
-            wrapper: wrapped.request,
-            stdin: wrapped.stdin.into(),
-            marker,
-            controlled: wrapped.controlled,
-            direct,
-            prestarted,
-            pre_escalated,
-            escalation: exchange,
-            pty,
-        })
+        ExecRequest::command(
+            &self.inner.config,
+            Program::parse(command),
+            self.resolve_dir(options.current_dir.as_deref()),
+            options.pty.clone(),
+            stdin_fifo.map(command::FeederFifo::open_prefix),
+            self.exchange(),
+        )
     }
 
     /// Whether [`close`](Self::close) was called.

@@ -104,7 +104,7 @@ impl Feeder {
             .map_or(std::time::Duration::ZERO, |exchange| {
                 exchange.settings.timeout
             });
-        let request = ExecRequest::script(config, FEEDER_SCRIPT.as_bytes(), b"", exchange)?;
+        let request = ExecRequest::script(FEEDER_SCRIPT.as_bytes(), b"", exchange)?;
         let mut launched = launch(inner, request, Some(input));
         let mut out = Vec::new();
         let mut err = Vec::new();

@@ -32,6 +32,5 @@ pub(crate) use supervisor::Supervision;
 #[doc(hidden)]
 pub use wrapper::exec_request_for_benchmarks;
 pub(crate) use wrapper::{
-    PrestartPayload, Wrapped, direct_capable, direct_text, direct_wrapper, prestart_payload,
-    prestart_request, quote_line, script_request, wrapper,
+    direct_capable, direct_text, prestart_request, quote_line, script_request, wrapper,
 };

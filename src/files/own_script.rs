@@ -20,7 +20,7 @@ pub(crate) async fn run_script(
     sink: &mut OutputSink<'_>,
 ) -> Result<Execution> {
     // As the handle escalates: files, listings and jobs of the target account.
-    let request = ExecRequest::script(&executor.inner.config, script, &stdin, executor.exchange())?;
+    let request = ExecRequest::script(script, &stdin, executor.exchange())?;
     command::execute(&executor.inner, request, None, sink).await
 }
 
