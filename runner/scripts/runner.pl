@@ -84,6 +84,11 @@ sub start {
         return fault($id, 'a run request of ' . length($data) . ' bytes is too short');
     }
     my ($flags, $grace, $len) = unpack('CNN', $data);
+    # Guards (limits, Landlock) need setrlimit and system calls that perl-base has no
+    # portable way to make: refused whole, as PROTOCOL.md asks of a runner that cannot.
+    if ($flags & 8) {
+        return fault($id, 'guard: the Perl runner applies no limits or confinement');
+    }
     if (9 + $len > length $data) {
         return fault($id, "a run request's text of $len bytes runs past its "
             . length($data) . ' bytes');

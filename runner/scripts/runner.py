@@ -70,6 +70,9 @@ def disconnected():
     for r in req.values():
         if r["kod"] and r["status"] is None:
             kill(r["pid"], signal.SIGKILL)
+    if private_tmp is not None:
+        import shutil
+        shutil.rmtree(private_tmp, ignore_errors=True)
     os._exit(0)
 
 
@@ -84,10 +87,11 @@ def now():
     return time.monotonic()
 
 
-def spawn(shell, text, fd0, fd1, fd2):
-    """Starts `shell -c text` in a session of its own with these descriptors as 0, 1 and 2;
-    its pid. Raises OSError when no process could be made."""
-    if SPAWN:
+def spawn(shell, text, fd0, fd1, fd2, guard=None):
+    """Starts `shell -c text` in a session of its own with these descriptors as 0, 1 and 2,
+    under `guard` (see `parse_guard`) when given; its pid. Raises OSError when no process
+    could be made."""
+    if SPAWN and guard is None:
         # vfork and exec: no copy of this process's page tables, about half the CPU of
         # fork. A failed exec (no `sh`) raises here; the fork below then reports it as
         # the shell would, on the command's stderr with status 127.
@@ -111,7 +115,16 @@ def spawn(shell, text, fd0, fd1, fd2):
             os.dup2(fd0, 0)
             os.dup2(fd1, 1)
             os.dup2(fd2, 2)
-            os.execvp(shell, [b"sh", b"-c", text])
+            env = os.environ
+            if guard is not None:
+                env = apply_guard(guard)
+            os.execvpe(shell, [b"sh", b"-c", text], env)
+        except GuardError as error:
+            try:
+                os.write(2, ("swiftide-ssh runner: %s\n" % error).encode())
+            except BaseException:
+                pass
+            os._exit(126)
         except BaseException as error:
             try:
                 os.write(2, ("sh: %s\n" % error).encode())
@@ -132,27 +145,200 @@ def spawn(shell, text, fd0, fd1, fd2):
     return pid
 
 
+# Guards (PROTOCOL.md, "Guards"): limits and Landlock, checked here before anything starts
+# and applied in the command's leader (forked, never posix_spawn: there is no hook there).
+class GuardError(Exception):
+    pass
+
+
+LIMITS = {b"cpu": "RLIMIT_CPU", b"memory": "RLIMIT_AS", b"processes": "RLIMIT_NPROC",
+          b"file_size": "RLIMIT_FSIZE", b"open_files": "RLIMIT_NOFILE"}
+# Landlock's numbers (linux/landlock.h); its system calls have these on every architecture.
+SYS_CREATE, SYS_ADD_RULE, SYS_RESTRICT = 444, 445, 446
+PR_SET_NO_NEW_PRIVS = 38
+# ABI 3's write rights: write_file, remove_dir, remove_file, make_char/dir/reg/sock/fifo/
+# block/sym, refer, truncate. Before ABI 3 truncate(2) is not checked: older kernels refuse.
+WRITE_RIGHTS = sum(1 << bit for bit in (1, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14))
+FILE_RIGHTS = (1 << 1) | (1 << 14)
+NET_RIGHTS = 1 | 2   # bind_tcp, connect_tcp
+ALWAYS_WRITABLE = [b"/dev/null", b"/dev/zero", b"/dev/full", b"/dev/tty"]
+private_tmp = None
+landlock_abi = None
+
+
+def parse_guard(data):
+    """A guard's entries as a dict; GuardError names the first one it cannot take."""
+    guard = dict(limits={}, writes=False, write=[], tmp=False, network=False, ports=[])
+    for entry in bytes(data).split(b"\0"):
+        if not entry:
+            continue
+        name, _, value = entry.partition(b"=")
+        try:
+            if name in LIMITS:
+                guard["limits"][name] = int(value)
+            elif entry == b"writes=confined":
+                guard["writes"] = True
+            elif name == b"write" and value:
+                guard["write"].append(value)
+            elif entry == b"tmp=private":
+                guard["tmp"] = True
+            elif entry == b"network=confined":
+                guard["network"] = True
+            elif name == b"port" and 0 <= int(value) <= 65535:
+                guard["ports"].append(int(value))
+            else:
+                raise ValueError
+        except ValueError:
+            raise GuardError("guard: unknown entry %r" % entry.decode("utf-8", "replace"))
+    return guard
+
+
+LIBC = []
+
+
+def libc():
+    # Loaded once, in the runner: a forked leader finds it ready.
+    if not LIBC:
+        import ctypes
+        LIBC.extend([ctypes, ctypes.CDLL(None, use_errno=True)])
+    return LIBC[0], LIBC[1]
+
+
+def landlock_call(number, *args):
+    ctypes, c = libc()
+    result = c.syscall(ctypes.c_long(number), *args)
+    if result < 0:
+        error = ctypes.get_errno()
+        raise GuardError("guard: Landlock: %s" % os.strerror(error))
+    return result
+
+
+def check_guard(guard):
+    """Raises GuardError unless this kernel enforces all of `guard`."""
+    global landlock_abi
+    if guard["limits"]:
+        import resource  # noqa: F401 (imported here, so a forked leader finds it loaded)
+    if not (guard["writes"] or guard["network"]):
+        return
+    if os.environ.get("SWIFTIDE_SSH_RUNNER_NO_LANDLOCK") is not None:
+        raise GuardError("guard: Landlock is not available here: the kernel answered ENOSYS "
+                         "(as SWIFTIDE_SSH_RUNNER_NO_LANDLOCK asks)")
+    if landlock_abi is None:
+        ctypes, _ = libc()
+        try:
+            landlock_abi = landlock_call(SYS_CREATE, ctypes.c_void_p(0), ctypes.c_size_t(0),
+                                         ctypes.c_uint32(1))
+        except GuardError as error:
+            raise GuardError("guard: Landlock is not available here: %s" % str(error)[17:])
+    if guard["writes"] and landlock_abi < 3:
+        raise GuardError("guard: confined writes need Landlock ABI 3; this kernel has %d"
+                         % landlock_abi)
+    if guard["network"] and landlock_abi < 4:
+        raise GuardError("guard: a confined network needs Landlock ABI 4; this kernel has %d"
+                         % landlock_abi)
+
+
+def guard_tmp():
+    global private_tmp
+    if private_tmp is None:
+        import tempfile
+        try:
+            private_tmp = tempfile.mkdtemp(prefix="swiftide-ssh-").encode()
+        except OSError as error:
+            raise GuardError("guard: cannot make the private temporary directory: %s" % error)
+    return private_tmp
+
+
+def apply_guard(guard):
+    """In the leader: the limits, then Landlock; the environment to exec with."""
+    import resource
+    for name, limit in guard["limits"].items():
+        which = getattr(resource, LIMITS[name])
+        hard_wanted = limit + 1 if name == b"cpu" else limit
+        _, hard = resource.getrlimit(which)
+        cap = (lambda v: v) if hard == resource.RLIM_INFINITY else (lambda v: min(v, hard))
+        try:
+            resource.setrlimit(which, (cap(limit), cap(hard_wanted)))
+        except (OSError, ValueError) as error:
+            raise GuardError("guard: cannot set the %s limit: %s" % (name.decode(), error))
+    env = dict(os.environb) if hasattr(os, "environb") else os.environ
+    if guard["tmp"] and private_tmp is not None:
+        env[b"TMPDIR"] = private_tmp
+    if not (guard["writes"] or guard["network"]):
+        return env
+    ctypes, c = libc()
+    if c.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise GuardError("guard: no_new_privs: %s" % os.strerror(ctypes.get_errno()))
+    fs = WRITE_RIGHTS if guard["writes"] else 0
+    net = NET_RIGHTS if guard["network"] else 0
+    attr = struct.pack("=QQ", fs, net) if net else struct.pack("=Q", fs)
+    buf = ctypes.create_string_buffer(attr, len(attr))
+    ruleset = landlock_call(SYS_CREATE, buf, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))
+    if guard["writes"]:
+        paths = guard["write"] + ALWAYS_WRITABLE + ([private_tmp] if guard["tmp"] else [])
+        for path in paths:
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue   # nothing there to write beneath (as the helper skips it)
+            import stat
+            rights = WRITE_RIGHTS if stat.S_ISDIR(os.fstat(fd).st_mode) else FILE_RIGHTS
+            rule = ctypes.create_string_buffer(struct.pack("=Qi", rights, fd), 12)
+            landlock_call(SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(1), rule,
+                          ctypes.c_uint32(0))
+            os.close(fd)
+    for port in guard["ports"]:
+        rule = ctypes.create_string_buffer(struct.pack("=QQ", 2, port), 16)
+        landlock_call(SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(2), rule,
+                      ctypes.c_uint32(0))
+    landlock_call(SYS_RESTRICT, ctypes.c_int(ruleset), ctypes.c_uint32(0))
+    return env
+
+
 def fault(rid, why):
     put(b"F", rid, why.encode())
 
 
+def field(data, at):
+    """The field of u32 length and bytes at `at`, and where the next starts; None past the end."""
+    if at + 4 > len(data):
+        return None
+    (length,) = struct.unpack(">I", data[at:at + 4])
+    if at + 4 + length > len(data):
+        return None
+    return bytes(data[at + 4:at + 4 + length]), at + 4 + length
+
+
 def start(rid, data):
-    if len(data) < 9:
+    if len(data) < 5:
         return fault(rid, "a run request of %d bytes is too short" % len(data))
-    flags, grace, length = struct.unpack(">BII", data[:9])
-    if 9 + length > len(data):
-        return fault(rid, "a run request's text of %d bytes runs past its %d bytes"
-                     % (length, len(data)))
+    flags, grace = struct.unpack(">BI", data[:5])
+    guard, at = None, 5
+    if flags & 8:
+        got = field(data, at)
+        if got is None:
+            return fault(rid, "a run request's guard runs past its %d bytes" % len(data))
+        try:
+            guard = parse_guard(got[0])
+            check_guard(guard)
+            if guard["tmp"]:
+                guard_tmp()
+        except GuardError as error:
+            return fault(rid, str(error))
+        at = got[1]
+    got = field(data, at)
+    if got is None:
+        return fault(rid, "a run request's text runs past its %d bytes" % len(data))
     if rid in req:
         return fault(rid, "request %d is running already" % rid)
-    text = bytes(data[9:9 + length])
-    stdin = bytes(data[9 + length:])
+    text, at = got
+    stdin = bytes(data[at:])
     shell = "/bin/sh" if flags & 4 else "sh"
     try:
         o_r, o_w = os.pipe()
         e_r, e_w = os.pipe()
         i_r, i_w = os.pipe() if flags & 2 else (None, None)
-        pid = spawn(shell, text, i_r if flags & 2 else null, o_w, e_w)
+        pid = spawn(shell, text, i_r if flags & 2 else null, o_w, e_w, guard)
     except OSError as error:
         put(b"E", rid, ("swiftide-ssh runner: cannot start the command: %s\n" % error).encode())
         put(b"X", rid, b"c 126")

@@ -176,6 +176,9 @@ impl RunFlags {
     pub const STDIN: u8 = 2;
     /// `/bin/sh`, not the `sh` on the `PATH`.
     pub const SYSTEM_SHELL: u8 = 4;
+    /// A [`Guard`] precedes the text: limits and confinement applied in the child before
+    /// `exec`.
+    pub const GUARDED: u8 = 8;
 
     /// Whether `flag` is set.
     pub fn has(self, flag: u8) -> bool {
@@ -190,6 +193,8 @@ pub struct Run<'a> {
     pub flags: RunFlags,
     /// Between TERM and KILL, in milliseconds.
     pub grace_ms: u32,
+    /// The encoded [`Guard`] (with [`RunFlags::GUARDED`]; else empty).
+    pub guard: &'a [u8],
     /// The `sh -c` text.
     pub text: &'a [u8],
     /// The command's stdin (with [`RunFlags::STDIN`]).
@@ -197,9 +202,16 @@ pub struct Run<'a> {
 }
 
 impl<'a> Run<'a> {
-    /// The length of the request's data: flags, grace and text length, then text and stdin.
+    /// The length of the request's data: flags, grace, maybe the guard, text length, then
+    /// text and stdin.
     pub fn data_len(&self) -> usize {
+        let guard = if self.flags.has(RunFlags::GUARDED) {
+            4usize.saturating_add(self.guard.len())
+        } else {
+            0
+        };
         9usize
+            .saturating_add(guard)
             .saturating_add(self.text.len())
             .saturating_add(self.stdin.len())
     }
@@ -214,6 +226,14 @@ impl<'a> Run<'a> {
         let mut data = Vec::with_capacity(self.data_len());
         data.push(self.flags.0);
         data.extend_from_slice(&self.grace_ms.to_be_bytes());
+        if self.flags.has(RunFlags::GUARDED) {
+            data.extend_from_slice(
+                &u32::try_from(self.guard.len())
+                    .unwrap_or(u32::MAX)
+                    .to_be_bytes(),
+            );
+            data.extend_from_slice(self.guard);
+        }
         data.extend_from_slice(
             &u32::try_from(self.text.len())
                 .unwrap_or(u32::MAX)
@@ -229,30 +249,171 @@ impl<'a> Run<'a> {
     /// # Errors
     /// What is wrong with it, for a [`Kind::Fault`] frame.
     pub fn decode(data: &'a [u8]) -> Result<Run<'a>, String> {
-        let (Some(&flags), Some(grace), Some(len)) = (
-            data.first(),
-            data.get(1..5).and_then(|b| b.try_into().ok()),
-            data.get(5..9).and_then(|b| b.try_into().ok()),
-        ) else {
+        let (Some(&flags), Some(grace)) =
+            (data.first(), data.get(1..5).and_then(|b| b.try_into().ok()))
+        else {
             return Err(format!(
                 "a run request of {} bytes is too short",
                 data.len()
             ));
         };
-        let len = usize::try_from(u32::from_be_bytes(len)).unwrap_or(usize::MAX);
-        let end = 9usize.saturating_add(len);
-        let (Some(text), Some(stdin)) = (data.get(9..end), data.get(end..)) else {
+        let flags = RunFlags(flags);
+        let (guard, rest) = if flags.has(RunFlags::GUARDED) {
+            split_field(&data[5..]).ok_or_else(|| {
+                format!("a run request's guard runs past its {} bytes", data.len())
+            })?
+        } else {
+            (&data[..0], &data[5..])
+        };
+        let Some((text, stdin)) = split_field(rest) else {
             return Err(format!(
-                "a run request's text of {len} bytes runs past its {} bytes",
+                "a run request's text runs past its {} bytes",
                 data.len()
             ));
         };
         Ok(Run {
-            flags: RunFlags(flags),
+            flags,
             grace_ms: u32::from_be_bytes(grace),
+            guard,
             text,
             stdin,
         })
+    }
+}
+
+/// A field of `u32` length and bytes at the start of `data`, and what follows it.
+fn split_field(data: &[u8]) -> Option<(&[u8], &[u8])> {
+    let len = u32::from_be_bytes(data.get(..4)?.try_into().ok()?);
+    let end = 4usize.checked_add(usize::try_from(len).ok()?)?;
+    Some((data.get(4..end)?, data.get(end..)?))
+}
+
+/// What a guarded command may do ([`RunFlags::GUARDED`]): resource limits and kernel
+/// confinement, applied by the runner in the command's leader before it runs `sh`, so every
+/// descendant inherits them.
+///
+/// Encoded as entries `NAME=VALUE`, each ended by a NUL byte (values are decimal numbers or
+/// paths, which hold no NUL). A runner answers a guard it cannot enforce whole, an entry it
+/// does not know among them, with a fault whose text starts with `guard:`; nothing is ever
+/// applied weaker than asked.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Guard {
+    /// `cpu`: seconds of CPU time (`RLIMIT_CPU`; `SIGXCPU` at the limit, `SIGKILL` a second
+    /// later).
+    pub cpu_seconds: Option<u64>,
+    /// `memory`: bytes of address space per process (`RLIMIT_AS`).
+    pub memory_bytes: Option<u64>,
+    /// `processes`: processes of the account at once (`RLIMIT_NPROC`; the account's other
+    /// processes count too, and root is exempt).
+    pub processes: Option<u64>,
+    /// `file_size`: bytes of the largest file written (`RLIMIT_FSIZE`; `SIGXFSZ` past it).
+    pub file_size_bytes: Option<u64>,
+    /// `open_files`: descriptors per process (`RLIMIT_NOFILE`).
+    pub open_files: Option<u64>,
+    /// `writes=confined`: Landlock allows writes only beneath [`writable`](Self::writable),
+    /// the private temporary directory and `/dev/null`, `/dev/zero`, `/dev/full`, `/dev/tty`.
+    pub confine_writes: bool,
+    /// `write=PATH`, repeated: where a confined command may write (relative paths from the
+    /// runner's directory, the login's home).
+    pub writable: Vec<Vec<u8>>,
+    /// `tmp=private`: a directory only the runner's account can enter, made once per runner
+    /// and removed when it ends, is the command's `TMPDIR` and writable.
+    pub private_tmp: bool,
+    /// `network=confined`: Landlock refuses every TCP bind and every TCP connect except to
+    /// [`ports`](Self::ports) (Landlock ABI 4).
+    pub confine_network: bool,
+    /// `port=N`, repeated: TCP ports a network-confined command may connect to.
+    pub ports: Vec<u16>,
+}
+
+impl Guard {
+    /// Whether it asks for Landlock.
+    pub fn confines(&self) -> bool {
+        self.confine_writes || self.confine_network
+    }
+
+    /// Its entries.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut data = Vec::new();
+        let mut entry = |name: &str, value: &[u8]| {
+            data.extend_from_slice(name.as_bytes());
+            data.push(b'=');
+            data.extend_from_slice(value);
+            data.push(0);
+        };
+        for (name, value) in [
+            ("cpu", self.cpu_seconds),
+            ("memory", self.memory_bytes),
+            ("processes", self.processes),
+            ("file_size", self.file_size_bytes),
+            ("open_files", self.open_files),
+        ] {
+            if let Some(value) = value {
+                entry(name, value.to_string().as_bytes());
+            }
+        }
+        if self.confine_writes {
+            entry("writes", b"confined");
+        }
+        for path in &self.writable {
+            entry("write", path);
+        }
+        if self.private_tmp {
+            entry("tmp", b"private");
+        }
+        if self.confine_network {
+            entry("network", b"confined");
+        }
+        for port in &self.ports {
+            entry("port", port.to_string().as_bytes());
+        }
+        data
+    }
+
+    /// Parses a guard's entries.
+    ///
+    /// # Errors
+    /// The first entry it does not know or cannot read, for a `guard:` fault.
+    pub fn decode(data: &[u8]) -> Result<Guard, String> {
+        let mut guard = Guard::default();
+        let number = |value: &[u8]| -> Result<u64, String> {
+            std::str::from_utf8(value)
+                .ok()
+                .and_then(|text| text.parse().ok())
+                .ok_or_else(|| {
+                    format!(
+                        "guard: {:?} is not a number",
+                        String::from_utf8_lossy(value)
+                    )
+                })
+        };
+        for entry in data.split(|&b| b == 0).filter(|entry| !entry.is_empty()) {
+            let (name, value) = match entry.iter().position(|&b| b == b'=') {
+                Some(at) => (&entry[..at], &entry[at + 1..]),
+                None => (entry, &entry[entry.len()..]),
+            };
+            match (name, value) {
+                (b"cpu", v) => guard.cpu_seconds = Some(number(v)?),
+                (b"memory", v) => guard.memory_bytes = Some(number(v)?),
+                (b"processes", v) => guard.processes = Some(number(v)?),
+                (b"file_size", v) => guard.file_size_bytes = Some(number(v)?),
+                (b"open_files", v) => guard.open_files = Some(number(v)?),
+                (b"writes", b"confined") => guard.confine_writes = true,
+                (b"write", v) if !v.is_empty() => guard.writable.push(v.to_vec()),
+                (b"tmp", b"private") => guard.private_tmp = true,
+                (b"network", b"confined") => guard.confine_network = true,
+                (b"port", v) => guard.ports.push(
+                    u16::try_from(number(v)?).map_err(|_| "guard: a port over 65535".to_owned())?,
+                ),
+                _ => {
+                    return Err(format!(
+                        "guard: unknown entry {:?}",
+                        String::from_utf8_lossy(entry)
+                    ));
+                }
+            }
+        }
+        Ok(guard)
     }
 }
 
@@ -463,6 +624,7 @@ mod tests {
         let run = Run {
             flags: RunFlags(RunFlags::STDIN | RunFlags::KILL_ON_DISCONNECT),
             grace_ms: 250,
+            guard: b"",
             text: b"echo hi",
             stdin: b"input",
         };

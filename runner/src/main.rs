@@ -16,6 +16,8 @@
 
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod guard;
+
 use std::{
     collections::HashMap,
     io::{Read, Write},
@@ -32,7 +34,7 @@ use rustix::{
     process::{Pid, Signal, kill_process_group},
 };
 use swiftide_ssh_runner::{
-    ANNOUNCE_AFTER_MS, End, Hello, Kind, Run, RunFlags, WINDOW, decode_ack, encode_into,
+    ANNOUNCE_AFTER_MS, End, Guard, Hello, Kind, Run, RunFlags, WINDOW, decode_ack, encode_into,
     next_frame, signal_name,
 };
 
@@ -72,6 +74,9 @@ impl Request {
 struct Runner {
     out: Vec<u8>,
     requests: HashMap<u32, Request>,
+    /// The private temporary directory of guarded commands (`tmp=private`), made at the
+    /// first that asks and removed when the runner ends.
+    private_tmp: Option<std::path::PathBuf>,
 }
 
 /// How `status` ended, as the protocol says it.
@@ -110,7 +115,45 @@ impl Runner {
                 request.signal(Signal::KILL);
             }
         }
+        if let Some(dir) = &self.private_tmp {
+            let _ = std::fs::remove_dir_all(dir);
+        }
         std::process::exit(0)
+    }
+
+    /// The guard of a guarded request, checked, with its private temporary directory made
+    /// (and named among its writable paths); the `guard:` fault's text otherwise.
+    fn guard(&mut self, run: &Run<'_>) -> Result<Option<Guard>, String> {
+        if !run.flags.has(RunFlags::GUARDED) {
+            return Ok(None);
+        }
+        let mut guard = Guard::decode(run.guard)?;
+        guard::check(&guard)?;
+        if guard.private_tmp {
+            let dir = self.private_tmp()?;
+            guard.writable.push(dir.as_os_str().as_bytes().to_vec());
+        }
+        Ok(Some(guard))
+    }
+
+    fn private_tmp(&mut self) -> Result<std::path::PathBuf, String> {
+        if let Some(dir) = &self.private_tmp {
+            return Ok(dir.clone());
+        }
+        use std::os::unix::fs::DirBuilderExt;
+        let nonce: u64 = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |t| u64::from(t.subsec_nanos()));
+        let dir =
+            std::env::temp_dir().join(format!("swiftide-ssh-{}-{nonce:x}", std::process::id()));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|error| {
+                format!("guard: cannot make the private temporary directory: {error}")
+            })?;
+        self.private_tmp = Some(dir.clone());
+        Ok(dir)
     }
 
     /// Answers request `id` with a fault: it did nothing.
@@ -126,17 +169,40 @@ impl Runner {
         if self.requests.contains_key(&id) {
             return self.fault(id, &format!("request {id} is running already"));
         }
+        let guard = match self.guard(&run) {
+            Ok(guard) => guard,
+            Err(why) => return self.fault(id, &why),
+        };
         let (flags, text, stdin) = (run.flags, run.text, run.stdin);
         let shell = if flags.has(RunFlags::SYSTEM_SHELL) {
             "/bin/sh"
         } else {
             "sh"
         };
-        let mut command = Command::new(shell);
+        let mut command = match &guard {
+            None => {
+                let mut command = Command::new(shell);
+                command
+                    .arg0("sh")
+                    .arg("-c")
+                    .arg(std::ffi::OsStr::from_bytes(text));
+                command
+            }
+            // The leader is this program again, which applies the guard and becomes the
+            // shell (see `guard`); `/proc/self/exe` is this image even once its file is
+            // replaced.
+            Some(guard) => {
+                let mut command = Command::new("/proc/self/exe");
+                command.args(guard::leader_args(guard, shell, text));
+                if guard.private_tmp
+                    && let Some(dir) = &self.private_tmp
+                {
+                    command.env("TMPDIR", dir);
+                }
+                command
+            }
+        };
         command
-            .arg0("sh")
-            .arg("-c")
-            .arg(std::ffi::OsStr::from_bytes(text))
             .process_group(0)
             .stdin(if flags.has(RunFlags::STDIN) {
                 Stdio::piped()
@@ -267,10 +333,17 @@ enum Slot {
 }
 
 fn main() {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|arg| arg == guard::GUARDED_ARG) {
+        let why = guard::run_guarded(args.get(2..).unwrap_or_default());
+        eprintln!("swiftide-ssh runner: {why}");
+        std::process::exit(126);
+    }
     let nonce = std::env::args().nth(1).unwrap_or_default();
     let mut runner = Runner {
         out: Vec::new(),
         requests: HashMap::new(),
+        private_tmp: None,
     };
     let hello = Hello {
         implementation: "helper".to_owned(),

@@ -12,8 +12,8 @@ use std::{
 };
 
 use swiftide_ssh_runner::{
-    End, HEADER_LEN, Header, Hello, Job, Kind, MAX_DATA, Run, RunFlags, WINDOW, encode, encode_ack,
-    find_hello, next_frame,
+    End, Guard, HEADER_LEN, Header, Hello, Job, Kind, MAX_DATA, Run, RunFlags, WINDOW, encode,
+    encode_ack, find_hello, next_frame,
 };
 
 const NONCE: &str = "swiftide-runner-conformance";
@@ -202,6 +202,7 @@ impl Runner {
         let run = Run {
             flags: RunFlags(flags),
             grace_ms,
+            guard: b"",
             text: text.as_bytes(),
             stdin,
         };
@@ -658,6 +659,7 @@ fn malformed_requests_are_answered_with_a_fault_and_the_runner_goes_on() {
         let mut past = Run {
             flags: RunFlags(KOD),
             grace_ms: 0,
+            guard: b"",
             text: b"echo never",
             stdin: b"",
         }
@@ -717,5 +719,252 @@ fn malformed_requests_are_answered_with_a_fault_and_the_runner_goes_on() {
             gone_within(leader, Duration::from_secs(3)),
             "{implementation:?}: its commands were not killed as on a disconnect"
         );
+    }
+}
+
+// Guards (PROTOCOL.md, "Guards"): limits and Landlock, applied in the leader before `sh`.
+
+const GUARDED: u8 = KOD | RunFlags::GUARDED;
+
+/// The implementations that apply guards; Perl refuses them.
+const GUARDING: [Implementation; 3] = [
+    Implementation::Helper,
+    Implementation::PythonSpawn,
+    Implementation::PythonFork,
+];
+
+impl Runner {
+    fn run_guarded(&mut self, id: u32, text: &str, guard: &Guard) {
+        let guard = guard.encode();
+        let run = Run {
+            flags: RunFlags(GUARDED),
+            grace_ms: 200,
+            guard: &guard,
+            text: text.as_bytes(),
+            stdin: b"",
+        };
+        self.send_raw(&encode(Kind::Run, id, &run.encode()));
+    }
+}
+
+/// A fresh directory under the system's temporary one.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "swiftide-guard-{name}-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn confined_writes(allowed: &Path) -> Guard {
+    Guard {
+        confine_writes: true,
+        writable: vec![allowed.as_os_str().as_encoded_bytes().to_vec()],
+        private_tmp: true,
+        ..Guard::default()
+    }
+}
+
+#[test]
+fn a_confined_command_and_its_descendants_write_only_beneath_its_paths() {
+    for implementation in GUARDING {
+        let root = scratch(implementation.name());
+        let (inside, outside) = (root.join("inside"), root.join("outside"));
+        std::fs::create_dir_all(&inside).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        // Every way out tried: a plain redirection, cp, a Python script, a symlink planted
+        // in the allowed tree, a background child that outlives the command, `base64 -d |
+        // sh`, a rename out of the tree, truncation of a file outside.
+        std::fs::write(outside.join("keep"), b"precious").unwrap();
+        let script = format!(
+            r#"in={inside}; out={outside}
+echo in > "$in/plain" && echo plain-ok
+echo out > "$out/plain" 2>/dev/null || echo plain-refused
+cp "$in/plain" "$out/cp" 2>/dev/null || echo cp-refused
+python3 -c 'open("'"$out"'/py", "w")' 2>/dev/null || echo python-refused
+ln -s "$out" "$in/link" && {{ echo via > "$in/link/via" 2>/dev/null || echo symlink-refused; }}
+( sleep 0.2; echo late > "$out/late" 2>/dev/null || echo late-refused > "$in/late" ) &
+printf 'echo b64 > %s/b64\n' "$out" | base64 | base64 -d | sh 2>/dev/null || echo base64-refused
+mv "$in/plain" "$out/moved" 2>/dev/null || echo rename-refused
+truncate -s 0 "$out/keep" 2>/dev/null || echo truncate-refused
+echo tmp > "$TMPDIR/t" && echo tmp-ok
+echo null > /dev/null && echo devnull-ok
+wait"#,
+            inside = inside.display(),
+            outside = outside.display()
+        );
+        let mut runner = Runner::start(implementation);
+        runner.run_guarded(1, &script, &confined_writes(&inside));
+        let outcome = runner.finish(1);
+        let stdout = String::from_utf8_lossy(&outcome.stdout);
+        for word in [
+            "plain-ok",
+            "plain-refused",
+            "cp-refused",
+            "python-refused",
+            "symlink-refused",
+            "base64-refused",
+            "rename-refused",
+            "truncate-refused",
+            "tmp-ok",
+            "devnull-ok",
+        ] {
+            assert!(
+                stdout.lines().any(|line| line == word),
+                "{implementation:?}: no {word} in {stdout:?} ({outcome:?})"
+            );
+        }
+        assert!(outcome.code(0), "{implementation:?}: {outcome:?}");
+        let written: Vec<_> = std::fs::read_dir(&outside)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name())
+            .collect();
+        assert_eq!(written, ["keep"], "{implementation:?}: written outside");
+        assert_eq!(std::fs::read(outside.join("keep")).unwrap(), b"precious");
+        assert_eq!(
+            std::fs::read_to_string(inside.join("late")).unwrap(),
+            "late-refused\n",
+            "{implementation:?}: the background child"
+        );
+        // The runner itself is not confined: an unguarded command writes anywhere.
+        runner.run(
+            2,
+            &format!("echo free > {}/free", outside.display()),
+            KOD,
+            0,
+            b"",
+        );
+        assert!(runner.finish(2).code(0), "{implementation:?}");
+        assert!(outside.join("free").exists(), "{implementation:?}");
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}
+
+#[test]
+fn a_network_confined_command_connects_only_to_its_ports() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || for _ in listener.incoming() {});
+    let connect = format!(
+        "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 5)' \
+         2>/dev/null && echo connected || echo refused"
+    );
+    for implementation in GUARDING {
+        let mut runner = Runner::start(implementation);
+        let closed = Guard {
+            confine_network: true,
+            ..Guard::default()
+        };
+        runner.run_guarded(1, &connect, &closed);
+        assert_eq!(
+            runner.finish(1).stdout,
+            b"refused\n",
+            "{implementation:?}: a connect under network=confined"
+        );
+        let open = Guard {
+            ports: vec![port],
+            ..closed
+        };
+        runner.run_guarded(2, &connect, &open);
+        assert_eq!(
+            runner.finish(2).stdout,
+            b"connected\n",
+            "{implementation:?}: a connect to an allowed port"
+        );
+    }
+}
+
+#[test]
+fn limits_are_set_soft_and_hard_and_cpu_time_ends_in_sigxcpu() {
+    for implementation in GUARDING {
+        let mut runner = Runner::start(implementation);
+        let guard = Guard {
+            cpu_seconds: Some(1),
+            memory_bytes: Some(1 << 30),
+            processes: Some(500),
+            file_size_bytes: Some(1 << 20),
+            open_files: Some(64),
+            ..Guard::default()
+        };
+        runner.run_guarded(1, "cat /proc/self/limits", &guard);
+        let limits = String::from_utf8(runner.finish(1).stdout).unwrap();
+        for (name, soft, hard) in [
+            ("Max cpu time", "1", "2"),
+            ("Max address space", "1073741824", "1073741824"),
+            ("Max processes", "500", "500"),
+            ("Max file size", "1048576", "1048576"),
+            ("Max open files", "64", "64"),
+        ] {
+            let line = limits
+                .lines()
+                .find(|line| line.starts_with(name))
+                .unwrap_or_else(|| panic!("{implementation:?}: no {name} in {limits}"));
+            let fields: Vec<&str> = line[name.len()..].split_whitespace().collect();
+            assert_eq!(
+                (fields[0], fields[1]),
+                (soft, hard),
+                "{implementation:?}: {line}"
+            );
+        }
+        // A file written past its limit: SIGXFSZ; CPU time past it: SIGXCPU.
+        let big = scratch("fsize").join("big");
+        let text = format!("exec head -c 2000000 /dev/zero > {}", big.display());
+        let small_files = Guard {
+            file_size_bytes: Some(1 << 20),
+            ..Guard::default()
+        };
+        runner.run_guarded(2, &text, &small_files);
+        assert_eq!(
+            runner.finish(2).signal(),
+            Some("XFSZ"),
+            "{implementation:?}"
+        );
+        runner.run_guarded(3, "while :; do :; done", &guard);
+        assert_eq!(
+            runner.finish(3).signal(),
+            Some("XCPU"),
+            "{implementation:?}"
+        );
+    }
+}
+
+#[test]
+fn a_guard_that_cannot_be_enforced_is_refused_and_nothing_runs() {
+    for implementation in ALL {
+        let marker = scratch("refused").join("ran");
+        let text = format!("touch {}", marker.display());
+        // A runner told that the kernel has no Landlock.
+        let mut runner = Runner::start_with(implementation, |command| {
+            command.env("SWIFTIDE_SSH_RUNNER_NO_LANDLOCK", "1");
+        });
+        runner.run_guarded(1, &text, &confined_writes(Path::new("/tmp")));
+        let outcome = runner.finish(1);
+        let fault = outcome.fault.unwrap_or_default();
+        assert!(fault.starts_with("guard:"), "{implementation:?}: {fault:?}");
+        // An entry no runner knows.
+        let mut unknown = Guard::default().encode();
+        unknown.extend_from_slice(b"seccomp=strict\0");
+        let run = Run {
+            flags: RunFlags(GUARDED),
+            grace_ms: 0,
+            guard: &unknown,
+            text: text.as_bytes(),
+            stdin: b"",
+        };
+        runner.send_raw(&encode(Kind::Run, 2, &run.encode()));
+        let fault = runner.finish(2).fault.unwrap_or_default();
+        assert!(fault.starts_with("guard:"), "{implementation:?}: {fault:?}");
+        assert!(
+            !marker.exists(),
+            "{implementation:?}: a refused command ran"
+        );
+        // And it goes on.
+        runner.run(3, "echo fine", KOD, 0, b"");
+        assert_eq!(runner.finish(3).stdout, b"fine\n", "{implementation:?}");
     }
 }

@@ -100,6 +100,9 @@ pub(crate) struct RunnerRequest {
     /// Run by `/bin/sh` (the crate's own scripts, as their bootstrap does), not the `sh`
     /// on the `PATH` (a user's command, as the direct form does).
     pub(crate) system_shell: bool,
+    /// Limits and confinement the runner applies before `sh` runs (an encoded
+    /// [`protocol::Guard`]); `None`: none.
+    pub(crate) guard: Option<Vec<u8>>,
 }
 
 impl RunnerRequest {
@@ -109,13 +112,14 @@ impl RunnerRequest {
             text,
             stdin: None,
             system_shell: false,
+            guard: None,
         }
     }
 
     /// Whether the request fits in one frame ([`protocol::MAX_DATA`]); a larger one goes
     /// per exec, where the universal form carries a command of any length on stdin.
     pub(crate) fn fits(&self) -> bool {
-        self.run(RunFlags::default(), 0).fits()
+        self.run(RunFlags(RunFlags::GUARDED), 0).fits()
     }
 
     /// The run request's data for this command.
@@ -123,6 +127,7 @@ impl RunnerRequest {
         Run {
             flags,
             grace_ms,
+            guard: self.guard.as_deref().unwrap_or_default(),
             text: &self.text,
             stdin: self.stdin.as_deref().unwrap_or_default(),
         }
@@ -145,6 +150,7 @@ impl RunnerRequest {
             text,
             stdin: Some(Bytes::copy_from_slice(data)),
             system_shell: true,
+            guard: None,
         })
     }
 }
@@ -286,7 +292,8 @@ impl Resident {
         let flag = |set: bool, flag: u8| if set { flag } else { 0 };
         let flags = flag(config.kill_on_disconnect, RunFlags::KILL_ON_DISCONNECT)
             | flag(request.stdin.is_some(), RunFlags::STDIN)
-            | flag(request.system_shell, RunFlags::SYSTEM_SHELL);
+            | flag(request.system_shell, RunFlags::SYSTEM_SHELL)
+            | flag(request.guard.is_some(), RunFlags::GUARDED);
         let grace_ms = u32::try_from(config.kill_grace.as_millis()).unwrap_or(u32::MAX);
         let run = request.run(RunFlags(flags), grace_ms);
         if !run.fits() {
