@@ -437,6 +437,22 @@ pub enum Error {
         reason: String,
     },
 
+    /// A command's [limits](crate::Limits) or [confinement](crate::Confinement) cannot be
+    /// enforced for it on this host (no runner, or one that cannot apply them, no Landlock
+    /// or too old a kernel, a terminal or the caller's stdin, which take no runner); nothing
+    /// ran. See the README's "Guarded commands".
+    #[error(
+        "the command's limits or confinement cannot be enforced on {host}:{port}, so it did not run: {reason}"
+    )]
+    GuardUnavailable {
+        /// Destination host.
+        host: String,
+        /// Destination port.
+        port: u16,
+        /// Why (the runner's words, or the route the command needed).
+        reason: String,
+    },
+
     /// No channel slot became free within the pool's wait timeout.
     #[error("no connection to {host}:{port} became available within {waited:?}{}",
         last_error.as_ref().map(|e| format!("; last connection attempt: {e}")).unwrap_or_default())]

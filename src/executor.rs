@@ -69,6 +69,14 @@ pub struct ExecOptions {
     /// [`spawn`](SshExecutor::spawn).) They travel on a second channel into a FIFO on the
     /// host: see the README's "Terminals".
     pub stdin: Option<bytes::Bytes>,
+    /// Resource limits for this command, replacing the builder's
+    /// ([`SshExecutorBuilder::limits`](crate::SshExecutorBuilder::limits)). Defaults to the
+    /// builder's.
+    pub limits: Option<crate::Limits>,
+    /// Kernel confinement for this command, replacing the builder's
+    /// ([`SshExecutorBuilder::confinement`](crate::SshExecutorBuilder::confinement)).
+    /// Defaults to the builder's.
+    pub confinement: Option<crate::Confinement>,
 }
 
 impl ExecOptions {
@@ -97,6 +105,20 @@ impl ExecOptions {
     #[must_use]
     pub fn stdin(mut self, bytes: impl Into<bytes::Bytes>) -> Self {
         self.stdin = Some(bytes.into());
+        self
+    }
+
+    /// Sets this command's resource limits (replacing the builder's).
+    #[must_use]
+    pub fn limits(mut self, limits: crate::Limits) -> Self {
+        self.limits = Some(limits);
+        self
+    }
+
+    /// Sets this command's confinement (replacing the builder's).
+    #[must_use]
+    pub fn confinement(mut self, confinement: crate::Confinement) -> Self {
+        self.confinement = Some(confinement);
         self
     }
 }
@@ -381,13 +403,25 @@ impl SshExecutor {
         options: &ExecOptions,
         stdin_fifo: Option<&command::FeederFifo>,
     ) -> Result<ExecRequest> {
+        let config = &self.inner.config;
+        let guard = crate::config::Guard {
+            limits: options
+                .limits
+                .clone()
+                .unwrap_or_else(|| config.guard.limits.clone()),
+            confinement: options
+                .confinement
+                .clone()
+                .or_else(|| config.guard.confinement.clone()),
+        };
         ExecRequest::command(
-            &self.inner.config,
+            config,
             Program::parse(command),
             self.resolve_dir(options.current_dir.as_deref()),
             options.pty.clone(),
             stdin_fifo.map(command::FeederFifo::open_prefix),
             self.exchange(),
+            guard,
         )
     }
 

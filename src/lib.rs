@@ -120,8 +120,8 @@ mod terminals;
 pub use builder::SshExecutorBuilder;
 pub use command::{Execution, ExitStatus, OutputChunk, OutputSink, Process, Pty};
 pub use config::{
-    AuthMethod, Become, HostConfig, HostKeyPolicy, JumpHost, PasswordProvider, PasswordRequest,
-    Runner, Secret, SshConfig, StrictHostKeyChecking,
+    AuthMethod, Become, Confinement, HostConfig, HostKeyPolicy, JumpHost, Limit, Limits, Network,
+    PasswordProvider, PasswordRequest, Runner, Secret, SshConfig, StrictHostKeyChecking,
 };
 pub use error::{BecomeFailure, BecomeMethod, Error, ForwardRefusal, Phase, Result, SftpStatus};
 pub use executor::{ExecOptions, SshExecutor};

@@ -48,6 +48,8 @@ pub struct SshExecutorBuilder {
     escalation: Option<Become>,
     /// `None`: [`Runner::from_env`] at build time.
     runner: Option<Runner>,
+    guard: crate::config::Guard,
+    unguarded_where_unenforceable: bool,
     runner_helper: Option<Arc<RunnerHelper>>,
     /// Jump hosts in order, client side first (`ssh/jump.rs`).
     pub(crate) jump_hosts: Vec<JumpHost>,
@@ -111,6 +113,8 @@ impl Default for SshExecutorBuilder {
             job_retention: Some(Duration::from_secs(7 * 24 * 3600)),
             escalation: None,
             runner: None,
+            guard: crate::config::Guard::default(),
+            unguarded_where_unenforceable: false,
             runner_helper: None,
             jump_hosts: Vec::new(),
             jump_hosts_from_file: false,
@@ -446,6 +450,42 @@ impl SshExecutorBuilder {
         self
     }
 
+    /// Resource limits for every command ([`Limits`](crate::Limits)), applied by the host's
+    /// runner in the command's leader before it runs; [`ExecOptions::limits`] replaces them
+    /// for one command. Defaults to none. A command that cannot get them (no runner on the
+    /// host, a terminal, the caller's stdin, the Perl runner) is refused with
+    /// [`Error::GuardUnavailable`](crate::Error::GuardUnavailable); see the README's
+    /// "Guarded commands".
+    ///
+    /// [`ExecOptions::limits`]: crate::ExecOptions::limits
+    pub fn limits(mut self, limits: crate::Limits) -> Self {
+        self.guard.limits = limits;
+        self
+    }
+
+    /// Kernel confinement for every command ([`Confinement`](crate::Confinement), Landlock),
+    /// applied by the host's runner in the command's leader before it runs;
+    /// [`ExecOptions::confinement`] replaces it for one command. Defaults to none. Where the
+    /// host cannot enforce it whole (no Landlock or too old a kernel, no runner, a terminal,
+    /// the caller's stdin, the Perl runner) the command is refused with
+    /// [`Error::GuardUnavailable`](crate::Error::GuardUnavailable): nothing ever runs
+    /// weaker than asked, unless
+    /// [`run_unguarded_where_unenforceable`](Self::run_unguarded_where_unenforceable).
+    ///
+    /// [`ExecOptions::confinement`]: crate::ExecOptions::confinement
+    pub fn confinement(mut self, confinement: crate::Confinement) -> Self {
+        self.guard.confinement = Some(confinement);
+        self
+    }
+
+    /// **Dangerous:** runs a command whose [`limits`](Self::limits) or
+    /// [`confinement`](Self::confinement) the host cannot enforce *without* them (a warning
+    /// is logged), instead of refusing it. Defaults to false.
+    pub fn run_unguarded_where_unenforceable(mut self, unguarded: bool) -> Self {
+        self.unguarded_where_unenforceable = unguarded;
+        self
+    }
+
     /// A native runner to install on hosts and try before Python and Perl: the bytes of this
     /// crate's `swiftide-ssh-runner` binary, built for the hosts' architecture (e.g.
     /// `cargo build --release -p swiftide-ssh-runner --target x86_64-unknown-linux-musl`,
@@ -585,6 +625,8 @@ impl SshExecutorBuilder {
             escalation: self.escalation,
             runner: self.runner.unwrap_or_else(Runner::from_env),
             runner_helper: self.runner_helper,
+            guard: self.guard,
+            unguarded_where_unenforceable: self.unguarded_where_unenforceable,
         };
         config.prestart_request = crate::command::prestart_request(Supervision::of(&config));
         Ok(config)

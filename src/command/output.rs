@@ -90,6 +90,23 @@ impl Execution {
         self.status.success()
     }
 
+    /// The [limit](crate::Limits) that stopped the command, if one did: it ended by
+    /// `SIGXCPU` ([`Limit::CpuTime`](crate::Limit::CpuTime)) or `SIGXFSZ`
+    /// ([`Limit::FileSize`](crate::Limit::FileSize)), the kernel's signals for those limits.
+    /// Memory, process and descriptor limits make the calls that would pass them fail
+    /// (`ENOMEM`, `EAGAIN`, `EMFILE`): the command sees the error and decides how to end.
+    pub fn limit_exceeded(&self) -> Option<crate::config::Limit> {
+        match &self.status {
+            ExitStatus::Signal { name, .. } if name == "XCPU" => {
+                Some(crate::config::Limit::CpuTime)
+            }
+            ExitStatus::Signal { name, .. } if name == "XFSZ" => {
+                Some(crate::config::Limit::FileSize)
+            }
+            _ => None,
+        }
+    }
+
     /// Stdout decoded lossily as UTF-8 (invalid bytes become U+FFFD).
     pub fn stdout_lossy(&self) -> String {
         String::from_utf8_lossy(&self.stdout()).into_owned()

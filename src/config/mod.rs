@@ -9,6 +9,7 @@
 mod auth_method;
 mod env;
 mod escalation;
+mod guard;
 mod host_key_policy;
 mod jump_host;
 pub(crate) mod limit;
@@ -21,6 +22,8 @@ pub(crate) use auth_method::expand_home;
 pub use auth_method::{AuthMethod, Secret};
 pub(crate) use env::{EnvPlan, reject_nul};
 pub use escalation::{Become, PasswordProvider, PasswordRequest};
+pub(crate) use guard::Guard;
+pub use guard::{Confinement, Limit, Limits, Network};
 pub use host_key_policy::HostKeyPolicy;
 pub use jump_host::JumpHost;
 pub(crate) use jump_host::{Hop, JumpTarget, resolve_hops};
@@ -68,6 +71,11 @@ pub(crate) struct Config {
     pub(crate) runner: Runner,
     /// A native runner to install and try first (`command::resident`).
     pub(crate) runner_helper: Option<std::sync::Arc<RunnerHelper>>,
+    /// The limits and confinement every command gets unless its options say otherwise.
+    pub(crate) guard: Guard,
+    /// Run a guarded command unguarded where its guard cannot be enforced (loudly named on
+    /// the builder); otherwise it is refused.
+    pub(crate) unguarded_where_unenforceable: bool,
 }
 
 impl fmt::Debug for Config {

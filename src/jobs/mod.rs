@@ -400,6 +400,20 @@ impl SshExecutor {
         if self.is_closed() {
             return Err(Error::Closed);
         }
+        let config = &self.inner.config;
+        // Jobs start through a supervisor that applies no guard yet: refused rather than
+        // run weaker than the builder asked (README, "Guarded commands").
+        if !config.guard.is_empty() {
+            if !config.unguarded_where_unenforceable {
+                return Err(Error::GuardUnavailable {
+                    host: config.host.clone(),
+                    port: config.port,
+                    reason: "jobs do not take limits or confinement yet".to_owned(),
+                });
+            }
+            tracing::warn!(host = %config.host,
+                "starting a job WITHOUT the executor's limits and confinement, as the builder allows");
+        }
         let id = options.id.clone().unwrap_or_else(random_id);
         validate_id(&id)?;
         let dir = self.resolve_dir(options.current_dir.as_deref());
@@ -415,7 +429,6 @@ impl SshExecutor {
             labels: options.labels,
             stdin: options.stdin,
         };
-        let config = &self.inner.config;
         let env = job_env(&config.env, &spec);
         let launch = script::launch(&spec, dir.as_deref(), &env, config)?;
         // Through the connection's runner where it can: no shell start at all.

@@ -416,7 +416,12 @@ async fn drive_once(
         // The command runs on its connection from here: retiring it waits for the start.
         let running = Running::new(slot.session.clone());
         let escalation = request.escalation.as_ref();
-        match resident::runner_for(inner, &slot.session, escalation).await {
+        let need = if request.guarded {
+            resident::Need::Required
+        } else {
+            resident::Need::Preferred
+        };
+        match resident::runner_for(inner, &slot.session, escalation, need).await {
             Choice::Use(runner) => {
                 return on_runner::drive(
                     inner, slot, running, &runner, job, escalation, events, budget, kill, gate,
@@ -431,5 +436,31 @@ async fn drive_once(
             Choice::Fail(error) => return Attempt::Done(Err(error)),
         }
     }
+    if request.guarded {
+        if !config.unguarded_where_unenforceable {
+            return Attempt::Done(Err(Error::GuardUnavailable {
+                host: config.host.clone(),
+                port: config.port,
+                reason: unguarded_route(request, input.is_some(), config),
+            }));
+        }
+        tracing::warn!(host = %config.host, reason = unguarded_route(request, input.is_some(), config),
+            "running a guarded command WITHOUT its limits and confinement, as the builder allows");
+    }
     on_channel::drive(inner, slot, request, events, budget, kill, gate, input).await
+}
+
+/// Why a guarded command would take the per-exec route, where nothing applies its guard.
+fn unguarded_route(request: &ExecRequest, caller_stdin: bool, config: &Config) -> String {
+    let why = if request.pty.is_some() {
+        "a command in a terminal takes no runner"
+    } else if caller_stdin || request.resident.is_none() {
+        "a command with the caller's stdin, or one only the universal form runs exactly \
+         (a `#!` script, a command over the runner's frame), takes no runner"
+    } else if !resident::wanted(config) {
+        "the executor runs commands per exec (Runner::PerExec)"
+    } else {
+        "no resident runner could start on the host (neither python3 nor perl, nor the helper)"
+    };
+    why.to_owned()
 }

@@ -85,7 +85,16 @@ pub(super) async fn drive(
                         taken = 0;
                     }
                 }
-                Some(Frame::Ended(status)) => return Attempt::Done(Ok(status)),
+                Some(Frame::Ended(end)) => {
+                    return Attempt::Done(Ok(resident::exit_status(end, job.guard.is_some())));
+                }
+                Some(Frame::Fault(reason)) if reason.starts_with("guard:") => {
+                    return Attempt::Done(Err(Error::GuardUnavailable {
+                        host: config.host.clone(),
+                        port: config.port,
+                        reason,
+                    }));
+                }
                 Some(Frame::Fault(reason)) => {
                     return Attempt::Done(Err(Error::RunnerFault {
                         host: config.host.clone(),

@@ -31,7 +31,7 @@ use crate::{
             script_request, wrapper,
         },
     },
-    config::Config,
+    config::{Config, Guard},
     error::Result,
     pool::SpareKind,
 };
@@ -54,6 +54,9 @@ pub(crate) struct ExecRequest {
     /// the per-exec route (a terminal, the caller's stdin, a form only the universal
     /// bootstrap runs exactly).
     pub(crate) resident: Option<RunnerRequest>,
+    /// The command has limits or confinement, which only a runner applies: it takes no
+    /// per-exec route (see `drive_once`).
+    pub(crate) guarded: bool,
 }
 
 /// What a command's per-exec forms are made of.
@@ -127,6 +130,7 @@ impl ExecRequest {
         pty: Option<Pty>,
         stdin_prefix: Option<Vec<u8>>,
         exchange: Option<Exchange>,
+        guard: Guard,
     ) -> Result<Self> {
         let marker = crate::command::marker_prefix(rand::random());
         let supervision = match (&pty, &stdin_prefix) {
@@ -159,7 +163,13 @@ impl ExecRequest {
         let resident = (stdin_prefix.is_none() && pty.is_none())
             .then(|| direct_text(&program, dir.as_deref(), &config.env))
             .flatten()
-            .map(RunnerRequest::command);
+            .map(RunnerRequest::command)
+            .map(|mut request| {
+                if !guard.is_empty() {
+                    request.guard = Some(guard.to_protocol(dir.as_deref()).encode());
+                }
+                request
+            });
         Ok(ExecRequest {
             recipe: Recipe::Command {
                 program,
@@ -173,6 +183,7 @@ impl ExecRequest {
             escalation: exchange,
             pty,
             resident,
+            guarded: !guard.is_empty(),
         })
     }
 
@@ -195,6 +206,7 @@ impl ExecRequest {
             // Scripts take the connection's runner for their identity (the login's, or the
             // one started through the escalation), where one starts.
             resident: RunnerRequest::script(script, data),
+            guarded: false,
         })
     }
 

@@ -30,7 +30,7 @@ use std::{
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{ACK_EVERY, Choice, Frame, Resident, runner_for};
+use super::{ACK_EVERY, Choice, Frame, Need, Resident, runner_for};
 use crate::{
     command::output::OutputChunk,
     pool::{Pool, Running},
@@ -102,7 +102,7 @@ pub(crate) async fn start_job(
         Err(error) => return RunnerJobStart::Fallback(error.to_string()),
     };
     let _running = Running::new(slot.session.clone());
-    let runner = match runner_for(pool, &slot.session, escalation).await {
+    let runner = match runner_for(pool, &slot.session, escalation, Need::Preferred).await {
         Choice::Use(runner) if runner.name.starts_with("python ") => runner,
         Choice::Use(runner) => {
             return RunnerJobStart::Fallback(format!("{} supervises no jobs", runner.name));

@@ -78,7 +78,7 @@ mod slot;
 mod start;
 
 pub(crate) use job::{JobMirror, RunnerJob, RunnerJobStart, start_job};
-pub(crate) use slot::{Choice, note_escalated, runner_for};
+pub(crate) use slot::{Choice, Need, note_escalated, runner_for};
 
 use crate::{
     command::output::{ExitStatus, OutputChunk},
@@ -161,7 +161,8 @@ pub(crate) enum Frame {
     /// The command runs; its process group.
     Started(u32),
     Output(OutputChunk),
-    Ended(ExitStatus),
+    /// The end, as the runner put it (see [`exit_status`]).
+    Ended(Option<End>),
     /// The runner could not take the request (see PROTOCOL.md, "Faults"): nothing ran.
     Fault(String),
 }
@@ -215,7 +216,7 @@ async fn read_frames(
                     .map(Frame::Started),
                 Some(Kind::Stdout) => Some(Frame::Output(OutputChunk::Stdout(data))),
                 Some(Kind::Stderr) => Some(Frame::Output(OutputChunk::Stderr(data))),
-                Some(Kind::Ended) => Some(Frame::Ended(exit_status(&data))),
+                Some(Kind::Ended) => Some(Frame::Ended(End::decode(&data))),
                 Some(Kind::Fault) => {
                     let why = String::from_utf8_lossy(&data).into_owned();
                     tracing::warn!(id, %why, "resident runner: fault");
@@ -253,16 +254,20 @@ async fn read_frames(
 }
 
 /// The end a runner reported, with signals named as OpenSSH names them in `exit-signal`
-/// (which names thirteen and calls the rest `SIG@openssh.com`).
-fn exit_status(data: &[u8]) -> ExitStatus {
-    match End::decode(data) {
+/// (which names thirteen and calls the rest `SIG@openssh.com`), so that results do not
+/// depend on the route. A guarded command's `XCPU` and `XFSZ` keep their names: the kernel's
+/// signals for the limits its guard set (`Execution::limit_exceeded`), on a route per exec
+/// never takes.
+pub(crate) fn exit_status(end: Option<End>, guarded: bool) -> ExitStatus {
+    match end {
         Some(End::Code(code)) => u32::try_from(code).map_or(ExitStatus::Unknown, ExitStatus::Code),
         Some(End::Signal { name, core_dumped }) => {
             const OPENSSH_NAMES: &[&str] = &[
                 "ABRT", "ALRM", "FPE", "HUP", "ILL", "INT", "KILL", "PIPE", "QUIT", "SEGV", "TERM",
                 "USR1", "USR2",
             ];
-            let name = if OPENSSH_NAMES.contains(&name.as_str()) {
+            let limit = guarded && (name == "XCPU" || name == "XFSZ");
+            let name = if limit || OPENSSH_NAMES.contains(&name.as_str()) {
                 name
             } else {
                 "SIG@openssh.com".to_owned()
@@ -373,21 +378,28 @@ mod tests {
 
     #[test]
     fn ends_are_named_as_openssh_names_them() {
-        assert_eq!(exit_status(b"c 3"), ExitStatus::Code(3));
+        assert_eq!(exit_status(End::decode(b"c 3"), false), ExitStatus::Code(3));
         assert_eq!(
-            exit_status(b"s TERM 0"),
+            exit_status(End::decode(b"s TERM 0"), false),
             ExitStatus::Signal {
                 name: "TERM".into(),
                 core_dumped: false
             }
         );
         assert_eq!(
-            exit_status(b"s BUS 1"),
+            exit_status(End::decode(b"s BUS 1"), false),
             ExitStatus::Signal {
                 name: "SIG@openssh.com".into(),
                 core_dumped: true
             }
         );
-        assert_eq!(exit_status(b"?"), ExitStatus::Unknown);
+        assert_eq!(exit_status(End::decode(b"?"), false), ExitStatus::Unknown);
+        // A guard's limit signals keep their names; unguarded, OpenSSH's name.
+        let xcpu = |guarded| match exit_status(End::decode(b"s XCPU 1"), guarded) {
+            ExitStatus::Signal { name, .. } => name,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(xcpu(true), "XCPU");
+        assert_eq!(xcpu(false), "SIG@openssh.com");
     }
 }

@@ -184,6 +184,7 @@ pub(crate) async fn runner_for(
     pool: &Arc<Pool>,
     session: &Arc<Session>,
     escalation: Option<&Exchange>,
+    need: Need,
 ) -> Choice {
     let config = &pool.config;
     let slot = session.extensions.get::<RunnerSlots>().slot(escalation);
@@ -194,8 +195,8 @@ pub(crate) async fn runner_for(
         // A fleet's one command (or few) per host: a runner's start would cost more than it
         // saves (see `pool::fleet_attempt`). Not refused: the connection's later work may
         // start one.
-        Runner::Auto if pool::in_fleet_attempt() => Choice::PerExec,
-        Runner::Auto => {
+        Runner::Auto if need == Need::Preferred && pool::in_fleet_attempt() => Choice::PerExec,
+        Runner::Auto if need == Need::Preferred => {
             if set_off(pool, session, escalation, &slot) != SetOff::InFlight {
                 return Choice::PerExec;
             }
@@ -205,6 +206,15 @@ pub(crate) async fn runner_for(
         }
         _ => start_and_wait(pool, session, escalation, &slot).await,
     }
+}
+
+/// How much a request needs a runner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Need {
+    /// It runs per exec as well: under [`Runner::Auto`] it waits for no start.
+    Preferred,
+    /// Only a runner can run it (a guarded command): it waits for the start.
+    Required,
 }
 
 /// What [`set_off`] found.
