@@ -118,6 +118,8 @@ mod swiftide;
 mod terminals;
 
 pub use builder::SshExecutorBuilder;
+#[cfg(feature = "flags")]
+pub use builder::flags;
 pub use command::{Execution, ExitStatus, OutputChunk, OutputSink, Process, Pty};
 pub use config::{
     AuthMethod, Become, Confinement, HostConfig, HostKeyPolicy, JumpHost, Limit, Limits, Network,

@@ -181,6 +181,8 @@ pub(crate) struct FleetArgs {
     #[command(flatten)]
     pub(crate) escalation: BecomeArgs,
     #[command(flatten)]
+    pub(crate) guard: swiftide_ssh_executor::flags::GuardArgs,
+    #[command(flatten)]
     pub(crate) rollout: RolloutArgs,
     #[command(flatten)]
     pub(crate) output: OutputArgs,

@@ -179,7 +179,7 @@ impl FleetArgs {
                 known_hosts: connection.known_hosts.clone(),
             });
         }
-        Ok(builder)
+        Ok(self.guard.apply(builder))
     }
 
     /// The fleet these flags describe (built without connecting; inside the runtime), each

@@ -68,6 +68,8 @@ struct Cli {
     #[command(flatten)]
     escalation: Escalation,
     #[command(flatten)]
+    guard: swiftide_ssh_executor::flags::GuardArgs,
+    #[command(flatten)]
     host_keys: HostKeys,
     #[command(flatten)]
     tools: Tools,
@@ -464,7 +466,9 @@ impl Cli {
         let days = tools.job_retention_days;
         builder = builder
             .job_retention((days > 0).then(|| Duration::from_secs(days.saturating_mul(24 * 3600))));
-        Ok(builder.max_output_bytes(Some(tools.max_output_bytes)))
+        Ok(self
+            .guard
+            .apply(builder.max_output_bytes(Some(tools.max_output_bytes))))
     }
 
     /// The server these settings describe, built without connecting (inside a runtime).

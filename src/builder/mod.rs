@@ -1,5 +1,7 @@
 //! The builder: every setting, its default, and validation into a frozen [`Config`].
 
+#[cfg(feature = "flags")]
+pub mod flags;
 mod from_ssh_config;
 
 use std::{collections::HashMap, fmt, path::PathBuf, sync::Arc, time::Duration};

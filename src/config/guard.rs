@@ -122,6 +122,7 @@ pub enum Network {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Confinement {
+    writes: bool,
     writable: Vec<PathBuf>,
     workdir_writable: bool,
     private_tmp: bool,
@@ -139,11 +140,20 @@ impl Confinement {
     /// (its `TMPDIR`), and no network.
     pub fn new() -> Self {
         Confinement {
+            writes: true,
             writable: Vec::new(),
             workdir_writable: true,
             private_tmp: true,
             network: Network::None,
         }
+    }
+
+    /// Whether writes are confined (to the paths below). Defaults to true; false confines
+    /// only the network.
+    #[must_use]
+    pub fn writes(mut self, confined: bool) -> Self {
+        self.writes = confined;
+        self
     }
 
     /// Adds a path the command may write beneath (absolute, or relative to the login's home).
@@ -203,7 +213,7 @@ impl Guard {
             open_files: limits.open_files,
             ..Default::default()
         };
-        if let Some(confinement) = &self.confinement {
+        if let Some(confinement) = self.confinement.as_ref().filter(|c| c.writes) {
             guard.confine_writes = true;
             let bytes = |path: &std::path::Path| path.as_os_str().as_encoded_bytes().to_vec();
             if confinement.workdir_writable {
@@ -215,6 +225,8 @@ impl Guard {
                 .writable
                 .extend(confinement.writable.iter().map(|path| bytes(path)));
             guard.private_tmp = confinement.private_tmp;
+        }
+        if let Some(confinement) = &self.confinement {
             match &confinement.network {
                 Network::None => guard.confine_network = true,
                 Network::Ports(ports) => {
