@@ -13,6 +13,7 @@ mod guard;
 mod host_key_policy;
 mod jump_host;
 pub(crate) mod limit;
+pub(crate) mod pattern;
 mod runner;
 pub(crate) mod ssh_config;
 
