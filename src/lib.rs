@@ -101,7 +101,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 // Each module imports only from the modules before it on this line (`.ci/check-layers.py`):
-// Layers, bottom up: error < config < ssh < pool < command < executor < files < jobs < terminals < forwards < builder < fleet < swiftide < adapters
+// Layers, bottom up: error < config < ssh < pool < command < executor < files < jobs < terminals < forwards < builder < fleet < tools < swiftide < adapters
 pub mod adapters;
 mod builder;
 mod command;
@@ -116,6 +116,7 @@ mod pool;
 mod ssh;
 mod swiftide;
 mod terminals;
+mod tools;
 
 pub use builder::SshExecutorBuilder;
 #[cfg(feature = "flags")]

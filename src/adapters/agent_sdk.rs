@@ -2,7 +2,7 @@
 //! (Read, Write, Edit, Grep, Glob, Bash) then work on a remote host.
 //!
 //! Every method behaves like agent-sdk's `LocalFileSystem` run on the remote host, with
-//! three deliberate differences:
+//! four deliberate differences:
 //!
 //! * **Confinement in every method.** Each method clamps its path with
 //!   [`resolve_path`](Environment::resolve_path) (the SDK's lexical clamp to the root), where
@@ -12,10 +12,18 @@
 //!   the root is refused with an error naming both.
 //! * **Atomic writes.** `write_file` replaces a file atomically (temporary file + rename,
 //!   [`SshExecutor::write_file_bytes`]) instead of truncating it in place.
-//! * **Remote walks.** `grep` and `glob` walk the tree on the server with one `find` each;
-//!   `glob` transfers paths only, `grep` reads the candidate files (regular files up to 16
-//!   MiB, not behind a symlink) over SFTP, 8 at a time, and matches them locally with the
-//!   same `regex` code as `LocalFileSystem`.
+//! * **Remote walks.** `grep` and `glob` are the crate's one glob and grep, which every door
+//!   shares (the MCP server's and bamboo's too; the README's "Adapters" section has their
+//!   rules): `glob` is `glob::glob`'s algorithm over a remote `find` snapshot (paths only
+//!   cross the wire), `grep` reads the candidate files (regular files up to 16 MiB, not
+//!   behind a symlink) over SFTP, 8 at a time, and matches them locally with the same
+//!   `regex` code as `LocalFileSystem`. In symlink-proof mode `glob` does not walk into
+//!   symlinked directories and drops results that resolve outside the root.
+//! * **`.git` is skipped.** `grep` does not search below a directory named `.git`, and
+//!   `glob`'s wildcards neither list nor enter one (a literal `.git` component still
+//!   reaches it), so an agent's search of a checkout is not flooded with git's objects.
+//!   `grep`'s matches come sorted by path and line (`LocalFileSystem`'s come in directory
+//!   order).
 //!
 //! Commands (`exec`, `exec_streamed`) run in the root through `sh -c`, in their own remote
 //! process group; a timeout, the output cap or dropping the future kills the whole group.
@@ -25,6 +33,7 @@ use std::{
     collections::VecDeque,
     fs::File,
     io::Write,
+    ops::ControlFlow,
     path::{Path, PathBuf},
     time::Duration,
 };
@@ -36,22 +45,18 @@ use agent_sdk_tools::environment::{
 };
 use anyhow::{Context, Result, bail, ensure};
 use async_trait::async_trait;
-use futures::StreamExt;
 use tokio::sync::OnceCell;
 
 use crate::{
-    adapters::search,
     command::{ExitStatus, OutputChunk},
     error::{Error, SftpStatus},
     executor::{ExecOptions, SshExecutor},
+    tools::search::{self, SearchError},
 };
 
-/// `LocalFileSystem`'s limits.
+/// `LocalFileSystem`'s limits (grep's are `tools::search`'s).
 const MAX_EXEC_OUTPUT_BYTES: usize = 1024 * 1024;
-const MAX_GREP_FILE_BYTES: u64 = 16 * 1024 * 1024;
 const DEFAULT_EXEC_TIMEOUT_MS: u64 = 120_000;
-/// Candidate files read at the same time by `grep`.
-const CONCURRENT_READS: usize = 8;
 
 /// An agent-sdk [`Environment`] whose files and commands are on a remote host.
 ///
@@ -81,6 +86,14 @@ fn is_missing(error: &Error) -> bool {
             ..
         }
     )
+}
+
+/// A search failure as the SDK's error: the executor's own error where there is one.
+fn search_error(error: SearchError) -> anyhow::Error {
+    match error {
+        SearchError::Host(error) => error.into(),
+        other => anyhow::Error::new(other),
+    }
 }
 
 /// Whether an error is about the file (the server answered), not the transport.
@@ -468,63 +481,51 @@ impl Environment for SshEnvironment {
 
     async fn grep(&self, pattern: &str, path: &str, recursive: bool) -> Result<Vec<GrepMatch>> {
         let path = self.checked_path(path).await?;
-        let regex = regex::Regex::new(pattern).context("Invalid regex pattern")?;
-        let meta = match self.executor.metadata(&path).await {
-            Ok(meta) => meta,
-            Err(error) if is_file_failure(&error) => return Ok(Vec::new()),
-            Err(error) => return Err(error.into()),
+        let matcher = search::Matcher::new(pattern, search::RegexOptions::default())
+            .context("Invalid regex pattern")?;
+        let query = search::GrepQuery {
+            path: &path,
+            matcher: &matcher,
+            include: None,
+            recursive,
         };
-        let shown = |file: &Path| file.to_string_lossy().into_owned();
-        let to_matches = |file: &Path, content: &[u8]| {
-            search::grep_lines(content, &regex)
-                .into_iter()
-                .map(|hit| GrepMatch {
-                    path: shown(file),
-                    line_number: hit.line_number,
-                    line_content: hit.line,
-                    match_start: hit.start,
-                    match_end: hit.end,
-                })
-                .collect::<Vec<_>>()
-        };
-        if meta.is_file() {
-            // A file named directly is read whatever its size, and its errors count.
-            let content = self.executor.read_file_bytes(&path).await?;
-            return Ok(to_matches(&path, &content));
-        }
-        if !meta.is_dir() {
-            return Ok(Vec::new());
-        }
-        let files =
-            search::list_files(&self.executor, &path, recursive, Some(MAX_GREP_FILE_BYTES)).await?;
-        let executor = &self.executor;
-        let mut reads = futures::stream::iter(files)
-            .map(|file| async move {
-                let content = executor.read_file_bytes(&file).await;
-                (file, content)
-            })
-            .buffered(CONCURRENT_READS);
         let mut matches = Vec::new();
-        while let Some((file, content)) = reads.next().await {
-            match content {
-                Ok(content) => matches.extend(to_matches(&file, &content)),
-                // Unreadable files are skipped, as the local walk skips them.
-                Err(error) if is_file_failure(&error) => {}
-                Err(error) => return Err(error.into()),
-            }
+        let searched = search::grep(&self.executor, &query, |file| {
+            let shown = file.path.to_string_lossy().into_owned();
+            matches.extend(file.hits.into_iter().map(|hit| GrepMatch {
+                path: shown.clone(),
+                line_number: hit.line_number,
+                line_content: hit.line,
+                match_start: hit.start,
+                match_end: hit.end,
+            }));
+            ControlFlow::Continue(())
+        })
+        .await;
+        match searched {
+            Ok(()) => Ok(matches),
+            // A path that is not there (or that the server will not describe) has no
+            // matches, as in `LocalFileSystem`.
+            Err(SearchError::Missing(_) | SearchError::Unreachable { .. }) => Ok(Vec::new()),
+            Err(error) => Err(search_error(error)),
         }
-        Ok(matches)
     }
 
     async fn glob(&self, pattern: &str) -> Result<Vec<String>> {
         let pattern = self.resolve_path(pattern);
-        let plan = search::plan_glob(&pattern).context("Invalid glob pattern")?;
+        // The resolved pattern is absolute: it stands alone.
+        let query = search::GlobQuery {
+            dir: Path::new("/"),
+            pattern: &pattern,
+            follow_links: !self.symlink_proof,
+        };
         if self.symlink_proof {
-            self.check_contained(&plan.base).await?;
+            let base = search::glob_base(&query).map_err(search_error)?;
+            self.check_contained(&base).await?;
         }
-        let tree =
-            search::list_tree(&self.executor, &plan.base, plan.depth, !self.symlink_proof).await?;
-        let mut paths = search::glob_paths(&plan, &tree);
+        let mut paths = search::glob(&self.executor, &query)
+            .await
+            .map_err(search_error)?;
         if self.symlink_proof {
             let mut kept = Vec::with_capacity(paths.len());
             for path in paths {

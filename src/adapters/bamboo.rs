@@ -40,12 +40,16 @@
 //!   and unknown names are mutating.
 //! * Permission checks keep bamboo's defaults (this executor adds no gate of its own).
 //! * Relative paths resolve against the workspace given to [`SshToolExecutor::new`].
-//! * `Glob` and `Grep` walk the tree remotely with `find`; they do not apply `.gitignore`
-//!   rules (bamboo's built-ins do inside git repositories) and `Grep`'s `type` filter is
-//!   not supported.
+//! * `Glob` and `Grep` are the crate's one glob and grep, which every door shares (the
+//!   README's "Adapters" section has their rules): glob-crate patterns below `path`, results
+//!   sorted by path (not newest first as bamboo's built-in `Glob`); Rust regex line by line,
+//!   binary files, symbolic links and `.git` skipped below a directory, files over 16 MiB
+//!   too. They do not apply `.gitignore` rules (bamboo's built-ins do inside git
+//!   repositories) and `Grep`'s `type` filter is not supported.
 
 use std::{
     collections::HashMap,
+    ops::ControlFlow,
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
     time::{Duration, UNIX_EPOCH},
@@ -62,7 +66,6 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::{
-    adapters::search,
     command::{ExitStatus, OutputChunk},
     error::{Error, SftpStatus},
     executor::{ExecOptions, SshExecutor},
@@ -81,6 +84,7 @@ use crate::{
         OPEN_TERMINAL_ABOUT, OpenTerminalArgs, TERMINAL_SCREEN_ABOUT, TERMINAL_SEND_ABOUT,
         TerminalScreenArgs, TerminalSendArgs, TerminalSet, ToolFailure,
     },
+    tools::search::{self, GLOB_ABOUT, GREP_ABOUT, SearchError},
 };
 
 const DEFAULT_TIMEOUT_MS: u64 = 120_000;
@@ -88,10 +92,8 @@ const MAX_TIMEOUT_MS: u64 = 600_000;
 const MAX_CAPTURE_BYTES: usize = 512 * 1024;
 const DEFAULT_HEAD_LIMIT: usize = 200;
 const MAX_MATCHES: usize = 2_000;
-const MAX_GREP_FILE_BYTES: u64 = 2 * 1024 * 1024;
 const DEFAULT_GLOB_MATCHES: usize = 100;
 const MAX_GLOB_MATCHES: usize = 200;
-const CONCURRENT_READS: usize = 8;
 /// Bytes of each stream's end a background shell's completion carries.
 const COMPLETION_TAIL_BYTES: u64 = 2048;
 /// How often the completion watcher asks a background shell's state, at most.
@@ -207,6 +209,22 @@ fn failed(error: &Error) -> Result<ToolResult, ToolError> {
             images: Vec::new(),
         }),
         _ => Err(ToolError::Execution(error.to_string())),
+    }
+}
+
+/// A search that did not run: bad patterns are the model's arguments; a missing path, one
+/// that is not a directory, or a host failure, an execution error.
+fn search_failed(error: SearchError) -> ToolError {
+    match error {
+        SearchError::Invalid(message) => ToolError::InvalidArguments(message),
+        SearchError::Missing(path) => {
+            ToolError::Execution(format!("Path does not exist: {}", path.display()))
+        }
+        SearchError::NotADirectory(path) => ToolError::Execution(format!(
+            "Search path is not a directory: {}",
+            path.display()
+        )),
+        other => ToolError::Execution(other.to_string()),
     }
 }
 
@@ -668,67 +686,32 @@ impl SshToolExecutor {
         }
     }
 
-    async fn search_root(&self, path: Option<&str>) -> Result<(PathBuf, bool), ToolError> {
-        let root = path.map_or_else(|| self.workspace.clone(), |p| self.path(p));
-        match self.executor.metadata(&root).await {
-            Ok(meta) => Ok((root, meta.is_dir())),
-            Err(Error::Sftp {
-                status: Some(SftpStatus::NoSuchFile),
-                ..
-            }) => Err(ToolError::Execution(format!(
-                "Path does not exist: {}",
-                root.display()
-            ))),
-            Err(error) => Err(ToolError::Execution(error.to_string())),
-        }
+    /// The directory or file a `Glob` or `Grep` searches: `path`, or the workspace.
+    fn search_path(&self, path: Option<&str>) -> PathBuf {
+        path.map_or_else(|| self.workspace.clone(), |p| self.path(p))
     }
 
     async fn glob(&self, args: Value) -> Result<ToolResult, ToolError> {
         let args: GlobArgs = parse("Glob", args)?;
-        let pattern = glob::Pattern::new(args.pattern.trim())
-            .map_err(|e| ToolError::InvalidArguments(format!("Invalid glob pattern: {e}")))?;
-        let (root, is_dir) = self.search_root(args.path.as_deref()).await?;
-        if !is_dir {
-            return Err(ToolError::Execution(format!(
-                "Search path is not a directory: {}",
-                root.display()
-            )));
-        }
+        let dir = self.search_path(args.path.as_deref());
         let limit = args
             .limit
             .unwrap_or(DEFAULT_GLOB_MATCHES)
             .clamp(1, MAX_GLOB_MATCHES);
-        let files = search::list_files(&self.executor, &root, true, None)
+        let query = search::GlobQuery {
+            dir: &dir,
+            pattern: args.pattern.trim(),
+            follow_links: true,
+        };
+        let matched = search::glob(&self.executor, &query)
             .await
-            .map_err(|e| ToolError::Execution(e.to_string()))?;
-        let options = glob::MatchOptions::new();
-        let matched: Vec<PathBuf> = files
-            .into_iter()
-            .filter(|file| {
-                let relative = file.strip_prefix(&root).unwrap_or(file);
-                pattern.matches_path_with(relative, options)
-                    || pattern.matches_path_with(file, options)
-            })
-            .collect();
+            .map_err(search_failed)?;
         let total = matched.len();
-        // Newest first, as bamboo orders them: one stat per match.
-        let executor = &self.executor;
-        let mut dated: Vec<(String, u64)> = futures::stream::iter(matched)
-            .map(|file| async move {
-                let modified = executor
-                    .metadata(&file)
-                    .await
-                    .ok()
-                    .and_then(|m| m.modified)
-                    .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-                    .map_or(0, |d| d.as_secs());
-                (file.to_string_lossy().into_owned(), modified)
-            })
-            .buffer_unordered(CONCURRENT_READS)
-            .collect()
-            .await;
-        dated.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        let mut lines: Vec<String> = dated.into_iter().take(limit).map(|(p, _)| p).collect();
+        let mut lines: Vec<String> = matched
+            .into_iter()
+            .take(limit)
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect();
         if total > limit {
             lines.push(format!(
                 "[TRUNCATED] Showing first {limit} matches (matched {total}). Refine pattern/path and retry."
@@ -749,38 +732,25 @@ impl SshToolExecutor {
                 "the type filter is not supported over SSH; use glob instead".to_owned(),
             ));
         }
-        let multiline = args.multiline.unwrap_or(false);
-        let regex = regex::RegexBuilder::new(&args.pattern)
-            .case_insensitive(args.case_insensitive.unwrap_or(false))
-            .multi_line(multiline)
-            .dot_matches_new_line(multiline)
-            .build()
-            .map_err(|e| ToolError::InvalidArguments(format!("Invalid regex pattern: {e}")))?;
-        let filter =
-            match args.glob.as_deref() {
-                Some(g) => Some(glob::Pattern::new(g).map_err(|e| {
-                    ToolError::InvalidArguments(format!("Invalid glob pattern: {e}"))
-                })?),
-                None => None,
-            };
-        let (root, is_dir) = self.search_root(args.path.as_deref()).await?;
-        let files = if is_dir {
-            search::list_files(&self.executor, &root, true, Some(MAX_GREP_FILE_BYTES))
-                .await
-                .map_err(|e| ToolError::Execution(e.to_string()))?
-        } else {
-            vec![root.clone()]
+        let options = search::RegexOptions {
+            case_insensitive: args.case_insensitive.unwrap_or(false),
+            fixed_strings: false,
+            multiline: args.multiline.unwrap_or(false),
         };
-        let options = glob::MatchOptions::new();
-        let files: Vec<PathBuf> = files
-            .into_iter()
-            .filter(|file| {
-                filter.as_ref().is_none_or(|f| {
-                    let relative = file.strip_prefix(&root).unwrap_or(file);
-                    f.matches_path_with(relative, options) || f.matches_path_with(file, options)
-                })
-            })
-            .collect();
+        let matcher = search::Matcher::new(&args.pattern, options).map_err(search_failed)?;
+        let include = args
+            .glob
+            .as_deref()
+            .map(search::Include::new)
+            .transpose()
+            .map_err(search_failed)?;
+        let path = self.search_path(args.path.as_deref());
+        let query = search::GrepQuery {
+            path: &path,
+            matcher: &matcher,
+            include: include.as_ref(),
+            recursive: true,
+        };
         let mode = args.output_mode.unwrap_or_default();
         let context = args.context.unwrap_or(0);
         let (before, after) = (
@@ -789,51 +759,29 @@ impl SshToolExecutor {
         );
         let numbers = args.line_numbers.unwrap_or(false);
         let head_limit = args.head_limit.unwrap_or(DEFAULT_HEAD_LIMIT);
-        let executor = &self.executor;
-        let mut reads = futures::stream::iter(files)
-            .map(|file| async move { (executor.read_file_bytes(&file).await, file) })
-            .buffered(CONCURRENT_READS);
         let mut rows = Vec::new();
         let mut total = 0usize;
         let mut partial = false;
-        while let Some((content, file)) = reads.next().await {
-            let Ok(content) = content else { continue };
-            if content.contains(&0) {
-                continue;
-            }
-            let text = String::from_utf8_lossy(&content);
-            let lines: Vec<&str> = text.lines().collect();
-            let hits: Vec<usize> = if multiline {
-                regex
-                    .find_iter(&text)
-                    .map(|m| text[..m.start()].matches('\n').count())
-                    .collect()
-            } else {
-                lines
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, l)| regex.is_match(l))
-                    .map(|(i, _)| i)
-                    .collect()
-            };
-            if hits.is_empty() {
-                continue;
-            }
-            total = total.saturating_add(hits.len());
+        let mut too_large = false;
+        search::grep(&self.executor, &query, |file| {
+            total = total.saturating_add(file.hits.len());
             if total > MAX_MATCHES {
-                return Err(ToolError::Execution(
-                    "Result too large; refine query and retry.".to_owned(),
-                ));
+                too_large = true;
+                return ControlFlow::Break(());
             }
-            let shown = file.to_string_lossy();
+            let shown = file.path.to_string_lossy();
             match mode {
                 OutputMode::FilesWithMatches => rows.push(shown.into_owned()),
-                OutputMode::Count => rows.push(format!("{shown}:{}", hits.len())),
+                OutputMode::Count => rows.push(format!("{shown}:{}", file.hits.len())),
                 OutputMode::Content => {
+                    let lines: Vec<&str> = file.text.lines().collect();
                     let mut wanted = std::collections::BTreeSet::new();
-                    for &hit in &hits {
-                        let from = hit.saturating_sub(before);
-                        let to = hit.saturating_add(after).min(lines.len().saturating_sub(1));
+                    for hit in &file.hits {
+                        let index = hit.line_number.saturating_sub(1);
+                        let from = index.saturating_sub(before);
+                        let to = index
+                            .saturating_add(after)
+                            .min(lines.len().saturating_sub(1));
                         wanted.extend(from..=to);
                     }
                     for index in wanted {
@@ -851,8 +799,16 @@ impl SshToolExecutor {
             if rows.len() >= head_limit {
                 rows.truncate(head_limit);
                 partial = true;
-                break;
+                return ControlFlow::Break(());
             }
+            ControlFlow::Continue(())
+        })
+        .await
+        .map_err(search_failed)?;
+        if too_large {
+            return Err(ToolError::Execution(
+                "Result too large; refine query and retry.".to_owned(),
+            ));
         }
         if partial {
             rows.push(format!(
@@ -1164,7 +1120,7 @@ impl ToolExecutor for SshToolExecutor {
             ),
             schema(
                 "Glob",
-                "Fast file pattern matching on the remote host, newest first. Ignore rules are not applied.",
+                GLOB_ABOUT,
                 json!({
                     "type": "object",
                     "properties": {
@@ -1179,13 +1135,13 @@ impl ToolExecutor for SshToolExecutor {
             ),
             schema(
                 "Grep",
-                "Search file contents on the remote host using ripgrep-style regex parameters. Ignore rules are not applied; the type filter is not supported.",
+                GREP_ABOUT,
                 json!({
                     "type": "object",
                     "properties": {
-                        "pattern": { "type": "string", "description": "Regex pattern" },
+                        "pattern": { "type": "string", "description": "Regex pattern (Rust regex syntax, as ripgrep)" },
                         "path": { "type": "string", "description": "File or directory to search. An explicit file bypasses ignore rules. Narrow this for expensive or multiline searches." },
-                        "glob": { "type": "string", "description": "Glob file filter used to limit candidate files" },
+                        "glob": { "type": "string", "description": "Glob file filter used to limit candidate files: matched against the file name when it has no /, else against the path below `path`" },
                         "output_mode": {
                             "type": "string",
                             "enum": ["content", "files_with_matches", "count"],
@@ -1196,7 +1152,7 @@ impl ToolExecutor for SshToolExecutor {
                         "-C": { "type": "number", "description": "Lines before and after match" },
                         "-n": { "type": "boolean", "description": "Show line numbers" },
                         "-i": { "type": "boolean", "description": "Case insensitive" },
-                        "type": { "type": "string", "description": "File type filter (for example rust, js, ts, py)" },
+                        "type": { "type": "string", "description": "File type filter (for example rust, js, ts, py); not supported over SSH, use glob" },
                         "head_limit": { "type": "number", "description": "Limit output entries. Keep this small for broad queries." },
                         "multiline": { "type": "boolean", "description": "Enable multiline regex. Requires a narrowed path." },
                         "include_ignored": { "type": "boolean", "default": false, "description": "Include gitignored files. Requires an explicit path; scan/result limits and fixed directory exclusions still apply." }

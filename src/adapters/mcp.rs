@@ -41,6 +41,7 @@
 
 use std::{
     ffi::OsString,
+    ops::ControlFlow,
     path::{Component, Path, PathBuf},
     sync::Arc,
     time::{Duration, UNIX_EPOCH},
@@ -60,11 +61,9 @@ use rmcp::{
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
-use tokio::sync::Notify;
 
 use crate::{
     Error, ExecOptions, Execution, ExitStatus, FileMetadata, OutputChunk, SftpStatus, SshExecutor,
-    command::quote,
     forwards::tools::{EXPOSE_PORT_ABOUT, ExposePortArgs, LIST_PORTS_ABOUT, PortSet},
     jobs::tools::{
         JOB_OUTPUT_ABOUT, JOB_STATUS_ABOUT, JobOutputArgs, JobStatusArgs, KILL_JOB_ABOUT,
@@ -76,14 +75,15 @@ use crate::{
         OpenTerminalArgs, TERMINAL_SCREEN_ABOUT, TERMINAL_SEND_ABOUT, TerminalScreenArgs,
         TerminalSendArgs, TerminalSet, ToolFailure,
     },
+    tools::search::{self, GLOB_ABOUT, GREP_ABOUT, SearchError},
 };
 
 /// Files larger than this are refused by `read_file` (an MCP message carries them whole).
 pub const MAX_READ_BYTES: u64 = 10 * 1024 * 1024;
-/// Output `glob` and `grep` collect from their remote `find`/`grep` before giving up.
-const MAX_SEARCH_OUTPUT: usize = 32 * 1024 * 1024;
-/// Timeout of the remote `find`/`grep` behind `glob` and `grep`.
+/// How long `glob` and `grep` may take.
 const SEARCH_TIMEOUT: Duration = Duration::from_secs(120);
+/// `grep` shows at most this many characters of a line (then `…`).
+const MAX_LINE_CHARS: usize = 500;
 /// Symlink resolution gives up after this many missing trailing components.
 const MAX_MISSING_COMPONENTS: usize = 64;
 
@@ -199,8 +199,9 @@ pub struct ListDirectoryArgs {
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct GlobArgs {
-    /// A glob relative to `path`: `*` and `?` stay within one path component, `**` spans
-    /// directories, `[abc]` and `[!abc]` are classes (e.g. `src/**/*.rs`).
+    /// A glob relative to `path` (the `glob` crate's syntax): `*` and `?` stay within one
+    /// path component, `**` spans directories, `[abc]` and `[!abc]` are classes (e.g.
+    /// `src/**/*.rs`). Not absolute, no `..` components.
     pub pattern: String,
     /// The directory to search. Defaults to the working directory.
     #[serde(default)]
@@ -215,14 +216,15 @@ pub struct GlobArgs {
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct GrepArgs {
-    /// An extended regular expression (POSIX ERE, as `grep -E`), or a literal string with
-    /// `fixed_strings`.
+    /// A regular expression in Rust regex syntax (as ripgrep: `\d+`, `foo|bar`, `(?i)x`),
+    /// or a literal string with `fixed_strings`.
     pub pattern: String,
     /// The file or directory to search (directories recursively, binary files skipped).
     /// Defaults to the working directory.
     #[serde(default)]
     pub path: Option<String>,
-    /// Only search files whose name matches this glob (e.g. `*.rs`).
+    /// Only search files that match this glob: the file name when it has no `/` (e.g.
+    /// `*.rs`), else the path below `path` (e.g. `src/**/*.rs`).
     #[serde(default)]
     pub include: Option<String>,
     /// Match case-insensitively.
@@ -231,7 +233,8 @@ pub struct GrepArgs {
     /// Treat `pattern` as a literal string.
     #[serde(default)]
     pub fixed_strings: bool,
-    /// At most this many matching lines (default 200); the search stops there.
+    /// At most this many matching lines (default 200), sorted by path then line; the search
+    /// stops there.
     #[serde(default)]
     pub max_results: Option<u32>,
 }
@@ -251,6 +254,40 @@ fn into_result(result: ToolResult<CallToolResult>) -> Result<CallToolResult, Err
     Ok(result.unwrap_or_else(tool_error))
 }
 
+/// A search failure as the client reads it.
+fn search_failure(error: SearchError) -> String {
+    match error {
+        SearchError::Host(error) => describe(&error),
+        SearchError::Missing(path) => {
+            format!(
+                "cannot search {}: no such file or directory",
+                path.display()
+            )
+        }
+        SearchError::NotADirectory(path) => {
+            format!("cannot search {}: not a directory", path.display())
+        }
+        other => other.to_string(),
+    }
+}
+
+/// Runs a search within [`SEARCH_TIMEOUT`], ending it (and its remote `find`) when the client
+/// cancels the call.
+async fn bounded<T>(
+    search: impl Future<Output = T>,
+    cancel: &RequestContext<RoleServer>,
+) -> ToolResult<T> {
+    tokio::select! {
+        done = tokio::time::timeout(SEARCH_TIMEOUT, search) => done.map_err(|_| {
+            format!(
+                "the search took over {} s; pass a narrower `path`",
+                SEARCH_TIMEOUT.as_secs()
+            )
+        }),
+        () = cancel.ct.cancelled() => Err("cancelled by the client".to_owned()),
+    }
+}
+
 /// An error with its causes, `: `-separated (a cause already in the message is skipped).
 fn describe(error: &Error) -> String {
     let mut text = error.to_string();
@@ -264,13 +301,6 @@ fn describe(error: &Error) -> String {
         source = cause.source();
     }
     text
-}
-
-fn quoted(path: &Path) -> ToolResult<String> {
-    let text = path
-        .to_str()
-        .ok_or_else(|| format!("path {} is not valid UTF-8", path.display()))?;
-    Ok(String::from_utf8_lossy(&quote(text.as_bytes())).into_owned())
 }
 
 /// Splits a stream's bytes into text without breaking a UTF-8 sequence across chunks.
@@ -291,20 +321,6 @@ impl Utf8Carry {
         out.push_str(&String::from_utf8_lossy(&self.pending[..valid]));
         self.pending.drain(..valid);
     }
-}
-
-/// What a remote helper command (`find`, `grep`) produced.
-struct Captured {
-    stdout: Vec<u8>,
-    stderr: Vec<u8>,
-    /// `None` when the server stopped it early (enough output).
-    status: Option<ExitStatus>,
-}
-
-enum Outcome<T> {
-    Done(T),
-    Stopped,
-    Cancelled,
 }
 
 impl SshMcpServer {
@@ -393,58 +409,6 @@ impl SshMcpServer {
                     ));
                 }
             }
-        }
-    }
-
-    /// Runs one of the server's own helper commands, collecting output up to `max_bytes`
-    /// or `max_lines` of stdout, then stopping it (dropping the future kills its group).
-    async fn capture(
-        &self,
-        command: &str,
-        max_lines: Option<usize>,
-        cancel: &RequestContext<RoleServer>,
-    ) -> ToolResult<Captured> {
-        let mut stdout = Vec::new();
-        let mut stderr = Vec::new();
-        let stop = Notify::new();
-        let outcome = {
-            let mut lines = 0usize;
-            let mut sink = |chunk: &OutputChunk| match chunk {
-                OutputChunk::Stdout(bytes) => {
-                    stdout.extend_from_slice(bytes);
-                    lines += bytes.iter().filter(|&&b| b == b'\n').count();
-                    if stdout.len() > MAX_SEARCH_OUTPUT || max_lines.is_some_and(|max| lines > max)
-                    {
-                        stop.notify_one();
-                    }
-                }
-                OutputChunk::Stderr(bytes) => {
-                    if stderr.len() < 64 * 1024 {
-                        stderr.extend_from_slice(bytes);
-                    }
-                }
-            };
-            let options = ExecOptions::default().timeout(SEARCH_TIMEOUT);
-            let run = self.executor.execute(command, options, &mut sink);
-            tokio::select! {
-                result = run => Outcome::Done(result),
-                () = stop.notified() => Outcome::Stopped,
-                () = cancel.ct.cancelled() => Outcome::Cancelled,
-            }
-        };
-        match outcome {
-            Outcome::Done(Ok(execution)) => Ok(Captured {
-                stdout,
-                stderr,
-                status: Some(execution.status),
-            }),
-            Outcome::Done(Err(error)) => Err(describe(&error)),
-            Outcome::Stopped => Ok(Captured {
-                stdout,
-                stderr,
-                status: None,
-            }),
-            Outcome::Cancelled => Err("cancelled by the client".to_owned()),
         }
     }
 }
@@ -577,11 +541,7 @@ impl SshMcpServer {
         into_result(self.list_directory_inner(args).await)
     }
 
-    #[tool(
-        description = "Find files and directories on the remote host whose path relative to \
-        `path` matches a glob (`*`, `?`, `[...]` within a component, `**` across directories). \
-        Returns matching relative paths, sorted, one per line. `.git` directories are skipped."
-    )]
+    #[tool(description = GLOB_ABOUT)]
     async fn glob(
         &self,
         Parameters(args): Parameters<GlobArgs>,
@@ -590,10 +550,7 @@ impl SshMcpServer {
         into_result(self.glob_inner(args, &context).await)
     }
 
-    #[tool(
-        description = "Search file contents on the remote host with grep (extended regular \
-        expressions, recursive, binary files and .git skipped). Returns `path:line:text` lines."
-    )]
+    #[tool(description = GREP_ABOUT)]
     async fn grep(
         &self,
         Parameters(args): Parameters<GrepArgs>,
@@ -920,52 +877,29 @@ impl SshMcpServer {
                     .to_owned(),
             );
         }
-        let pattern = glob::Pattern::new(&args.pattern)
-            .map_err(|e| format!("`pattern` is not a valid glob: {e}"))?;
         let max = args.max_results.unwrap_or(1000).max(1) as usize;
         let base = self.resolve(args.path.as_deref().unwrap_or(".")).await?;
-        let command = format!(
-            "cd -- {} && find . -mindepth 1 -name .git -prune -o -print0",
-            quoted(&base)?
-        );
-        let captured = self.capture(&command, None, context).await?;
-        match &captured.status {
-            None => {
-                return Err(format!(
-                    "{} holds too many files to list (over {MAX_SEARCH_OUTPUT} bytes of names); \
-                     pass a narrower `path`",
-                    base.display()
-                ));
-            }
-            Some(ExitStatus::Code(0)) => {}
-            Some(_) if captured.stdout.is_empty() => {
-                return Err(format!(
-                    "cannot search {}: {}",
-                    base.display(),
-                    String::from_utf8_lossy(&captured.stderr).trim()
-                ));
-            }
-            // Unreadable subdirectories: keep what was found.
-            Some(_) => {}
-        }
-        let options = glob::MatchOptions {
-            case_sensitive: true,
-            require_literal_separator: true,
-            require_literal_leading_dot: false,
+        // With a root, a walk never enters a symlinked directory (it could lead out).
+        let query = search::GlobQuery {
+            dir: &base,
+            pattern: &args.pattern,
+            follow_links: self.root.is_none(),
         };
-        let mut matches: Vec<String> = captured
-            .stdout
-            .split(|&b| b == 0)
-            .filter_map(|name| {
-                let name = String::from_utf8_lossy(name);
-                let relative = name.strip_prefix("./")?.to_owned();
-                pattern.matches_with(&relative, options).then_some(relative)
+        let found = bounded(search::glob(&self.executor, &query), context)
+            .await?
+            .map_err(search_failure)?;
+        let total = found.len();
+        let mut text = found
+            .iter()
+            .take(max)
+            .map(|path| {
+                path.strip_prefix(&base)
+                    .unwrap_or(path)
+                    .to_string_lossy()
+                    .into_owned()
             })
-            .collect();
-        matches.sort();
-        let total = matches.len();
-        matches.truncate(max);
-        let mut text = matches.join("\n");
+            .collect::<Vec<_>>()
+            .join("\n");
         if total == 0 {
             text = format!("no paths under {} match `{}`", base.display(), args.pattern);
         } else if total > max {
@@ -983,49 +917,55 @@ impl SshMcpServer {
             return Err("`pattern` is empty".to_owned());
         }
         let max = args.max_results.unwrap_or(200).max(1) as usize;
+        let options = search::RegexOptions {
+            case_insensitive: args.case_insensitive,
+            fixed_strings: args.fixed_strings,
+            multiline: false,
+        };
+        let matcher = search::Matcher::new(&args.pattern, options).map_err(search_failure)?;
+        let include = args
+            .include
+            .as_deref()
+            .map(search::Include::new)
+            .transpose()
+            .map_err(search_failure)?;
         let base = self.resolve(args.path.as_deref().unwrap_or(".")).await?;
-        let mut command = String::from("grep -r -n -I --exclude-dir=.git");
-        command.push_str(if args.fixed_strings { " -F" } else { " -E" });
-        if args.case_insensitive {
-            command.push_str(" -i");
-        }
-        if let Some(include) = &args.include {
-            command.push_str(" --include=");
-            command.push_str(&String::from_utf8_lossy(&quote(include.as_bytes())));
-        }
-        command.push_str(" -e ");
-        command.push_str(&String::from_utf8_lossy(&quote(args.pattern.as_bytes())));
-        command.push_str(" -- ");
-        command.push_str(&quoted(&base)?);
-        let captured = self.capture(&command, Some(max), context).await?;
-        let stderr = String::from_utf8_lossy(&captured.stderr).trim().to_owned();
-        match &captured.status {
-            Some(ExitStatus::Code(1)) => {
-                return Ok(text_result(format!(
-                    "no matches for `{}` in {}",
-                    args.pattern,
-                    base.display()
-                )));
+        let query = search::GrepQuery {
+            path: &base,
+            matcher: &matcher,
+            include: include.as_ref(),
+            recursive: true,
+        };
+        let mut lines = Vec::new();
+        let mut stopped = false;
+        let search = search::grep(&self.executor, &query, |file| {
+            for hit in file.hits {
+                if lines.len() == max {
+                    stopped = true;
+                    return ControlFlow::Break(());
+                }
+                let text = match hit.line.char_indices().nth(MAX_LINE_CHARS) {
+                    Some((at, _)) => format!("{}…", &hit.line[..at]),
+                    None => hit.line,
+                };
+                lines.push(format!(
+                    "{}:{}:{text}",
+                    file.path.display(),
+                    hit.line_number
+                ));
             }
-            Some(ExitStatus::Code(0)) | None => {}
-            Some(_) if captured.stdout.is_empty() => {
-                return Err(format!("grep failed: {stderr}"));
-            }
-            Some(_) => {}
+            ControlFlow::Continue(())
+        });
+        bounded(search, context).await?.map_err(search_failure)?;
+        if lines.is_empty() {
+            return Ok(text_result(format!(
+                "no matches for `{}` in {}",
+                args.pattern,
+                base.display()
+            )));
         }
-        let text = String::from_utf8_lossy(&captured.stdout);
-        let mut lines: Vec<String> = text
-            .lines()
-            .take(max)
-            .map(|line| match line.char_indices().nth(500) {
-                Some((at, _)) => format!("{}…", &line[..at]),
-                None => line.to_owned(),
-            })
-            .collect();
-        if captured.status.is_none() {
+        if stopped {
             lines.push(format!("[stopped after {max} matching lines]"));
-        } else if !stderr.is_empty() && !matches!(captured.status, Some(ExitStatus::Code(0))) {
-            lines.push(format!("[grep reported: {stderr}]"));
         }
         Ok(text_result(lines.join("\n")))
     }

@@ -11,5 +11,3 @@ pub mod bamboo;
 #[cfg(feature = "mcp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
 pub mod mcp;
-#[cfg(any(feature = "agent-sdk", feature = "bamboo"))]
-mod search;

@@ -15,11 +15,11 @@ mod sftp;
 mod stream_files;
 
 pub(crate) use atomic_write::ModeRule;
-/// For the adapters' remote search.
-#[cfg(any(feature = "agent-sdk", feature = "bamboo"))]
-pub(crate) use own_script::option_safe;
-/// For jobs, fleet copies (the remote checksums) and the adapters' remote search.
+/// For jobs, fleet copies (the remote checksums) and the tools' remote search.
 pub(crate) use own_script::{Collected, quoted_path, run_collect};
+/// For the tools' remote search.
+#[cfg(any(feature = "agent-sdk", feature = "bamboo", feature = "mcp"))]
+pub(crate) use own_script::{option_safe, run_script};
 pub use remote_fs::{DirEntry, FileMetadata, FileType};
 /// For jobs' polls, which keep handles open on the connection's SFTP channel.
 pub(crate) use remote_fs::{Retry, sftp_path};
