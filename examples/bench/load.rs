@@ -107,7 +107,7 @@ impl CpuMeter {
 }
 
 /// `total` × `true` through `concurrency` tasks sharing one executor.
-async fn ours_batch(executor: &SshExecutor, total: usize, concurrency: usize) -> Batch {
+pub async fn ours_batch(executor: &SshExecutor, total: usize, concurrency: usize) -> Batch {
     let next = Arc::new(AtomicUsize::new(0));
     let ok = Arc::new(AtomicUsize::new(0));
     let errors = Arc::new(AtomicUsize::new(0));

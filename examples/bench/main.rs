@@ -23,6 +23,7 @@ mod burst;
 mod child;
 mod fleet;
 mod forwards;
+mod guard;
 mod inventory;
 mod jobs;
 mod latency;
@@ -66,6 +67,7 @@ pub const SCENARIOS: &[&str] = &[
     "fleet10k",
     "ssh_config",
     "become",
+    "guard",
     "terminals",
     "forwards",
     "deadhosts",
@@ -242,6 +244,7 @@ fn run(args: &[String]) -> anyhow::Result<()> {
             "fleet10k" => fleet::fleet10k(&mut ctx, &mut report),
             "ssh_config" => ssh_config::ssh_config(&mut ctx, &mut report),
             "become" => r#become::become_root(&mut ctx, &mut report),
+            "guard" => guard::guard(&mut ctx, &mut report),
             "terminals" => terminals::terminals(&mut ctx, &mut report),
             "forwards" => forwards::forwards(&mut ctx, &mut report),
             "deadhosts" => fleet::dead_hosts(&mut ctx, &mut report),

@@ -274,7 +274,8 @@ struct Tools {
     #[arg(long, value_name = "DIR", env = "SWIFTIDE_SSH_WORKDIR")]
     workdir: Option<PathBuf>,
     /// Confine the file tools to DIR (symlinks resolved by the server before each access);
-    /// commands are NOT confined.
+    /// commands are confined only with --confine-writes (kernel-enforced, see the guard
+    /// flags).
     #[arg(long, value_name = "DIR", env = "SWIFTIDE_SSH_ROOT")]
     root: Option<PathBuf>,
     /// Default command timeout in seconds (0 = none).
