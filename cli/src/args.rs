@@ -1,17 +1,17 @@
 //! The command line's clap types (subcommands and their flag groups), the escalation flags
-//! with their password prompt, and `Usage`, the error of every step before a run.
+//! (the library's shared ones) with their password prompt, and `Usage`, the error of every step before a run.
 
 use std::{path::PathBuf, str::FromStr, time::Duration};
 
 use clap::{Args, Parser, Subcommand};
-use swiftide_ssh_executor::{Become, BecomeMethod, Secret, fleet::Batches};
+use swiftide_ssh_executor::{
+    Become, Secret,
+    flags::{self, BECOME_PASSWORD_VARIABLE},
+    fleet::Batches,
+};
 
 /// The default `job start --job-retention-days`, the library's `job_retention`.
 const DEFAULT_JOB_RETENTION_DAYS: u64 = 7;
-
-/// The environment variable an escalation password may come from (for bots; -K and
-/// --become-password-file win over it).
-const BECOME_PASSWORD_ENV: &str = "SWIFTIDE_SSH_BECOME_PASSWORD";
 
 /// Run commands, copy files, start jobs and forward ports on many hosts over SSH.
 ///
@@ -179,7 +179,7 @@ pub(crate) struct FleetArgs {
     #[command(flatten)]
     pub(crate) connection: ConnectionArgs,
     #[command(flatten)]
-    pub(crate) escalation: BecomeArgs,
+    pub(crate) escalation: Escalation,
     #[command(flatten)]
     pub(crate) guard: swiftide_ssh_executor::flags::GuardArgs,
     #[command(flatten)]
@@ -297,7 +297,8 @@ pub(crate) struct RolloutArgs {
 #[command(next_help_heading = "Output")]
 pub(crate) struct OutputArgs {
     /// Gather the output at the end: hosts with identical output and status fold into one
-    /// block headed by their node set (clush -b, dshbak -c).
+    /// block headed by their node set (clush -b, dshbak -c; not Ansible's -b, which is
+    /// --become here).
     #[arg(short = 'b', long = "fold", conflicts_with = "json")]
     pub(crate) fold: bool,
     /// One JSON record per host on standard output, as each host finishes (schema_version
@@ -322,125 +323,76 @@ pub(crate) struct OutputArgs {
 }
 
 /// Privilege escalation, Ansible's "become": everything the subcommand does on a host (the
-/// command, the files pushed or pulled, the jobs) runs as another account there.
+/// command, the files pushed or pulled, the jobs) runs as another account there. The flags
+/// and their variables are the library's `flags::BecomeArgs`, shared with the MCP server;
+/// `-K` is this program's own, since only it has a terminal to ask on.
 ///
 /// `--become` has no short flag: `-b` is `--fold`, as in clush (Ansible's `-b` is become).
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Privilege escalation (Ansible's become)")]
-pub(crate) struct BecomeArgs {
-    /// Run as another account on every host (root with sudo unless --become-user and
-    /// --become-method say otherwise): commands, pushed and pulled files, jobs. Jobs started
-    /// with it live in that account's state directory: ask their status, output or kill with
-    /// the same escalation. No short flag: -b is --fold (clush).
-    #[arg(long = "become")]
-    become_: bool,
-    /// The account to become; implies --become. [default: root]
-    #[arg(long, value_name = "USER")]
-    become_user: Option<String>,
-    /// The escalation tool; implies --become. [default: sudo]
-    #[arg(long, value_name = "METHOD", value_parser = method_parser())]
-    become_method: Option<BecomeMethod>,
-    /// Extra arguments for the tool, split on whitespace (Ansible's become_flags), e.g.
-    /// `--become-flags='-E'` or `--become-flags '-g wheel'`; implies --become.
-    #[arg(long, value_name = "FLAGS", allow_hyphen_values = true)]
-    become_flags: Option<String>,
+pub(crate) struct Escalation {
+    #[command(flatten)]
+    shared: flags::BecomeArgs,
     /// Ask for the escalation password before the run, on the terminal (/dev/tty, not
     /// standard input; nothing is echoed; an empty answer gives none). Needs --become (or
     /// a --become-* flag that implies it).
-    #[arg(short = 'K', long, conflicts_with = "become_password_file")]
+    #[arg(
+        short = 'K',
+        long,
+        conflicts_with_all = ["become_password_file", "become_password_env"]
+    )]
     ask_become_pass: bool,
-    /// Read the escalation password from the first line of FILE (its newline stripped).
-    /// FILE must not be readable or writable by group or others (as ssh refuses such keys):
-    /// chmod 600 it. Needs --become (or a --become-* flag that implies it). Without -K or
-    /// this flag, the password comes from $SWIFTIDE_SSH_BECOME_PASSWORD if set (for bots;
-    /// processes of the same user can read it in /proc/PID/environ).
-    #[arg(long, value_name = "FILE")]
-    become_password_file: Option<PathBuf>,
 }
 
-impl BecomeArgs {
-    /// Whether these flags turn escalation on: `--become`, or a flag that says how.
+impl Escalation {
+    /// Whether these flags (or their variables) turn escalation on: `--become`, or a flag
+    /// that says how.
     pub(crate) fn wanted(&self) -> bool {
-        self.become_
-            || self.become_user.is_some()
-            || self.become_method.is_some()
-            || self.become_flags.is_some()
+        self.shared.wanted()
     }
 
     /// The escalation these flags describe, or `None`. Reads the password (asking for it on
     /// the terminal with -K), so call it once, right before the run.
     pub(crate) fn escalation(&self) -> Result<Option<Become>, Usage> {
-        if !self.wanted() {
-            // A password alone escalates nothing: say so rather than ignore it. (The
-            // variable may be set for every run, so it alone is no mistake.)
-            let given = if self.ask_become_pass {
-                Some("-K/--ask-become-pass")
-            } else if self.become_password_file.is_some() {
-                Some("--become-password-file")
+        // -b is the usual slip of an Ansible hand: say what it is here.
+        let hint = |message: String| {
+            if self.wanted() {
+                Usage(message)
             } else {
-                None
-            };
-            return match given {
-                Some(flag) => Err(Usage(format!(
-                    "{flag} needs --become (or --become-user, --become-method, --become-flags); \
-                     -b is --fold here, as in clush"
-                ))),
-                None => Ok(None),
-            };
-        }
-        let mut escalation = Become::new(self.become_method.unwrap_or(BecomeMethod::Sudo))
-            .flags_from_text(self.become_flags.as_deref().unwrap_or_default());
-        if let Some(user) = &self.become_user {
-            escalation = escalation.user(user.clone());
-        }
-        if let Some(password) = self.password()? {
-            escalation = escalation.password(password);
-        }
-        Ok(Some(escalation))
-    }
-
-    /// The password: -K, else --become-password-file, else $SWIFTIDE_SSH_BECOME_PASSWORD;
-    /// none when empty. Never printed, logged or passed on as an argument.
-    fn password(&self) -> Result<Option<Secret>, Usage> {
-        let password = if self.ask_become_pass {
-            ask_password()?
-        } else if let Some(path) = &self.become_password_file {
-            return Secret::from_file(path)
-                .map(Some)
-                .map_err(|error| Usage(format!("--become-password-file {error}")));
-        } else {
-            match std::env::var(BECOME_PASSWORD_ENV) {
-                Ok(password) => password,
-                Err(std::env::VarError::NotPresent) => String::new(),
-                Err(std::env::VarError::NotUnicode(_)) => {
-                    return Err(Usage(format!("${BECOME_PASSWORD_ENV} is not UTF-8")));
-                }
+                Usage(format!("{message}; -b is --fold here, as in clush"))
             }
         };
-        Ok((!password.is_empty()).then(|| Secret::new(password)))
+        if self.ask_become_pass && !self.wanted() {
+            return Err(hint(
+                "-K/--ask-become-pass needs --become (or --become-user, --become-method, \
+                 --become-flags)"
+                    .to_owned(),
+            ));
+        }
+        if self.ask_become_pass {
+            self.shared.escalation_asking(ask_password).map_err(hint)
+        } else {
+            self.shared.escalation().map_err(hint)
+        }
     }
 }
 
-/// `--become-method`: the library's names, listed in the help and in errors.
-fn method_parser() -> impl clap::builder::TypedValueParser<Value = BecomeMethod> {
-    use clap::builder::TypedValueParser;
-    clap::builder::PossibleValuesParser::new(["sudo", "doas", "su"])
-        .try_map(|method| method.parse::<BecomeMethod>())
-}
-
-/// -K: the password typed on the controlling terminal, without echo. rpassword (rather than
-/// reading standard input) opens /dev/tty for both the prompt and the answer and turns echo
-/// off there, so a password never lands on a pipe or in a captured stdout/stderr, and
-/// standard input stays free; without a terminal (cron, CI, `setsid`) opening /dev/tty fails
-/// and this is a usage error, never a read of whatever stdin holds.
-fn ask_password() -> Result<String, Usage> {
+/// -K: the password typed on the controlling terminal, without echo (none when the answer
+/// is empty). rpassword (rather than reading standard input) opens /dev/tty for both the
+/// prompt and the answer and turns echo off there, so a password never lands on a pipe or
+/// in a captured stdout/stderr, and standard input stays free; without a terminal (cron,
+/// CI, `setsid`) opening /dev/tty fails and this is a usage error, never a read of
+/// whatever stdin holds.
+fn ask_password() -> Result<Option<Secret>, String> {
     let _echo_off = EchoOff::on_the_terminal();
-    rpassword::prompt_password("BECOME password: ").map_err(|error| {
-        Usage(format!(
+    let password = rpassword::prompt_password("BECOME password: ").map_err(|error| {
+        format!(
             "-K/--ask-become-pass needs a terminal to read the password from (/dev/tty: \
-             {error}); without one use --become-password-file FILE or ${BECOME_PASSWORD_ENV}"
-        ))
-    })
+             {error}); without one use --become-password-file FILE, --become-password-env \
+             VAR or ${BECOME_PASSWORD_VARIABLE}"
+        )
+    })?;
+    Ok((!password.is_empty()).then(|| Secret::new(password)))
 }
 
 /// The controlling terminal's echo turned off from before the prompt shows, and turned back
@@ -519,6 +471,7 @@ pub(crate) fn seconds(flag: &str, secs: f64) -> Result<Duration, Usage> {
 #[cfg(test)]
 mod tests {
     use clap::CommandFactory;
+    use swiftide_ssh_executor::BecomeMethod;
 
     use super::*;
 

@@ -25,7 +25,10 @@ pub(crate) async fn forward(
     }
     if args.escalation.wanted() {
         return Err(Usage(
-            "forward does not escalate: forwards are the login user's (drop --become)".into(),
+            "forward does not escalate: forwards are the login user's (drop --become and \
+             the --become-* flags, and unset the SWIFTIDE_SSH_BECOME* variables that turn it \
+             on)"
+            .into(),
         ));
     }
     let fleet = args.fleet(|builder| builder)?;

@@ -30,12 +30,9 @@
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
-use clap::{
-    Args, CommandFactory, Parser, ValueEnum,
-    builder::{BoolishValueParser, TypedValueParser},
-};
+use clap::{Args, CommandFactory, Parser, ValueEnum, builder::BoolishValueParser};
 use swiftide_ssh_executor::{
-    Become, BecomeMethod, HostKeyPolicy, Secret, SshExecutor, SshExecutorBuilder,
+    HostKeyPolicy, SshExecutor, SshExecutorBuilder,
     adapters::mcp::{ServerOptions, SshMcpServer, serve},
 };
 
@@ -45,14 +42,14 @@ const DEFAULT_TIMEOUT_SECS: u64 = 600;
 const DEFAULT_MAX_OUTPUT_BYTES: usize = 1024 * 1024;
 /// The default `--job-retention-days`, the library's `job_retention`.
 const DEFAULT_JOB_RETENTION_DAYS: u64 = 7;
-/// The variable of `--become`, read again to tell "set to false" from "not set".
-const BECOME_ENV: &str = "SWIFTIDE_SSH_BECOME";
 
 /// An MCP server (stdio) that runs commands and file operations on one remote host over
 /// pooled SSH connections.
 ///
 /// Every option can also be set through the environment variable shown with it (MCP hosts
 /// often pass settings that way); a flag on the command line wins over the variable.
+/// Privilege escalation (the --become flags) is the operator's: no tool argument changes
+/// it.
 #[derive(Debug, Parser)]
 #[command(name = "swiftide-ssh-mcp", version)]
 #[command(group(
@@ -65,8 +62,10 @@ struct Cli {
     destination: Destination,
     #[command(flatten)]
     auth: Auth,
+    // Privilege escalation (Ansible's become), chosen by whoever starts the server: no tool
+    // argument changes it, so the model never picks the account or the password.
     #[command(flatten)]
-    escalation: Escalation,
+    escalation: swiftide_ssh_executor::flags::BecomeArgs,
     #[command(flatten)]
     guard: swiftide_ssh_executor::flags::GuardArgs,
     #[command(flatten)]
@@ -120,122 +119,6 @@ struct Auth {
     /// Read the password from environment variable VAR.
     #[arg(long, value_name = "VAR", env = "SWIFTIDE_SSH_PASSWORD_ENV")]
     password_env: Option<String>,
-}
-
-/// Privilege escalation (Ansible's become), chosen by whoever starts the server: no tool
-/// argument changes it, so the model never picks the account or the password.
-#[derive(Debug, Args)]
-#[command(
-    next_help_heading = "Privilege escalation (set by the operator; no tool argument changes it)"
-)]
-struct Escalation {
-    /// Run every tool as another account on the host (root with sudo unless --become-user
-    /// and --become-method say otherwise): commands, the file tools, jobs.
-    #[arg(
-        long = "become",
-        env = BECOME_ENV,
-        value_parser = BoolishValueParser::new()
-    )]
-    become_: bool,
-    /// The account to become; implies --become. [default: root]
-    #[arg(long, value_name = "USER", env = "SWIFTIDE_SSH_BECOME_USER")]
-    become_user: Option<String>,
-    /// The escalation tool; implies --become. [default: sudo]
-    #[arg(
-        long,
-        value_name = "METHOD",
-        env = "SWIFTIDE_SSH_BECOME_METHOD",
-        value_parser = method_parser()
-    )]
-    become_method: Option<BecomeMethod>,
-    /// Extra arguments for the tool, split on whitespace (Ansible's become_flags, e.g.
-    /// `--become-flags='-g wheel'`); implies --become.
-    #[arg(
-        long,
-        value_name = "FLAGS",
-        env = "SWIFTIDE_SSH_BECOME_FLAGS",
-        allow_hyphen_values = true
-    )]
-    become_flags: Option<String>,
-    /// Read the escalation password from the first line of FILE (its newline stripped);
-    /// FILE must not be readable or writable by group or others (chmod 600). Needs
-    /// --become (or a --become-* flag that implies it).
-    #[arg(
-        long,
-        value_name = "FILE",
-        env = "SWIFTIDE_SSH_BECOME_PASSWORD_FILE",
-        conflicts_with = "become_password_env"
-    )]
-    become_password_file: Option<PathBuf>,
-    /// Read the escalation password from environment variable VAR (processes of the same
-    /// user can read it in /proc/PID/environ). Needs --become (or a --become-* flag that
-    /// implies it).
-    #[arg(long, value_name = "VAR", env = "SWIFTIDE_SSH_BECOME_PASSWORD_ENV")]
-    become_password_env: Option<String>,
-}
-
-impl Escalation {
-    /// Whether escalation is on: `--become`, or a flag that says how.
-    fn wanted(&self) -> bool {
-        self.become_
-            || self.become_user.is_some()
-            || self.become_method.is_some()
-            || self.become_flags.is_some()
-    }
-
-    /// The escalation these settings describe, or `None`; reads the password.
-    fn escalation(&self) -> Result<Option<Become>, String> {
-        if !self.wanted() {
-            return Ok(None);
-        }
-        let mut escalation = Become::new(self.become_method.unwrap_or(BecomeMethod::Sudo))
-            .flags_from_text(self.become_flags.as_deref().unwrap_or_default());
-        if let Some(user) = &self.become_user {
-            escalation = escalation.user(user.clone());
-        }
-        let password = if let Some(path) = &self.become_password_file {
-            Some(
-                Secret::from_file(path)
-                    .map_err(|error| format!("--become-password-file {error}"))?,
-            )
-        } else if let Some(name) = &self.become_password_env {
-            match std::env::var(name) {
-                Ok(password) if !password.is_empty() => Some(Secret::new(password)),
-                Ok(_) => {
-                    return Err(format!(
-                        "--become-password-env {name}: the variable is empty"
-                    ));
-                }
-                Err(_) => {
-                    return Err(format!(
-                        "--become-password-env {name}: the variable is not set"
-                    ));
-                }
-            }
-        } else {
-            None
-        };
-        if let Some(password) = password {
-            escalation = escalation.password(password);
-        }
-        tracing::info!(
-            "privilege escalation: every tool runs as {} ({}{})",
-            escalation.target_user(),
-            escalation.method(),
-            if escalation.has_password() {
-                ", with a password"
-            } else {
-                ""
-            }
-        );
-        Ok(Some(escalation))
-    }
-}
-
-/// `--become-method`: the library's names, listed in the help and in errors.
-fn method_parser() -> impl TypedValueParser<Value = BecomeMethod> {
-    clap::builder::PossibleValuesParser::new(["sudo", "doas", "su"])
-        .try_map(|method| method.parse::<BecomeMethod>())
 }
 
 /// Host keys.
@@ -367,31 +250,10 @@ impl Cli {
         if keys.insecure_accept_any_host_key && !keys.known_hosts.is_empty() {
             return conflict("--insecure-accept-any-host-key ignores --known-hosts; pass only one");
         }
-        let escalation = &self.escalation;
-        let password = if escalation.become_password_file.is_some() {
-            Some("--become-password-file")
-        } else if escalation.become_password_env.is_some() {
-            Some("--become-password-env")
-        } else {
-            None
-        };
-        if let Some(flag) = password
-            && !escalation.wanted()
-        {
-            return conflict(&format!(
-                "{flag} needs --become (or --become-user, --become-method, --become-flags)"
-            ));
-        }
-        // SWIFTIDE_SSH_BECOME=false next to a --become-* setting that implies it: which one
-        // is meant is not for this program to guess when the answer may be root.
-        if !escalation.become_
-            && escalation.wanted()
-            && std::env::var_os(BECOME_ENV).is_some_and(|value| !value.is_empty())
-        {
-            return conflict(&format!(
-                "{BECOME_ENV} is false, but --become-user, --become-method or --become-flags \
-                 turns escalation on; unset one of them"
-            ));
+        // A password setting without escalation, SWIFTIDE_SSH_BECOME=false next to a setting
+        // that implies it.
+        if let Err(message) = self.escalation.check() {
+            return conflict(&message);
         }
         Ok(())
     }
@@ -434,6 +296,16 @@ impl Cli {
             builder = builder.password(password);
         }
         if let Some(escalation) = self.escalation.escalation()? {
+            tracing::info!(
+                "privilege escalation: every tool runs as {} ({}{})",
+                escalation.target_user(),
+                escalation.method(),
+                if escalation.has_password() {
+                    ", with a password"
+                } else {
+                    ""
+                }
+            );
             builder = builder.with_become(escalation);
         }
         let keys = &self.host_keys;
@@ -526,6 +398,8 @@ fn main() -> ExitCode {
 
 #[cfg(test)]
 mod tests {
+    use swiftide_ssh_executor::BecomeMethod;
+
     use super::*;
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
