@@ -274,13 +274,7 @@ impl<'a> Watch<'a> {
         });
         self.keep_open |= input.is_some();
         if self.stdin_started {
-            self.writer = start_stdin(
-                channel,
-                &self.held_stdin,
-                self.keep_open,
-                self.caller_input.take(),
-            )
-            .await;
+            self.send_payload(channel).await;
         } else {
             let head = self.payload.head.min(self.held_stdin.len());
             if head > 0 {
@@ -471,14 +465,19 @@ impl<'a> Watch<'a> {
         }
         if !self.stdin_started {
             self.stdin_started = true;
-            self.writer = start_stdin(
-                channel,
-                &self.held_stdin,
-                self.keep_open,
-                self.caller_input.take(),
-            )
-            .await;
+            self.send_payload(channel).await;
         }
+    }
+
+    /// Sends the payload (what of it waited), and after it the caller's input.
+    async fn send_payload(&mut self, channel: &Channel) {
+        self.writer = start_stdin(
+            channel,
+            &self.held_stdin,
+            self.keep_open,
+            self.caller_input.take(),
+        )
+        .await;
     }
 
     /// The marker of an unescalated command: what it tells about the login shell.
