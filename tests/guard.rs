@@ -80,6 +80,12 @@ echo tmp > "$TMPDIR/t" && echo tmp-ok"#
         }
         let runner = runner_name(&ex).await;
         assert!(runner.starts_with(name), "{name}: ran on {runner}");
+        let stats = ex.pool_stats();
+        assert_eq!(
+            (stats.guarded_commands, stats.guard_refusals),
+            (1, 0),
+            "{name}: {stats:?}"
+        );
         // The background child is confined too, after the command ended.
         tokio::time::sleep(Duration::from_millis(600)).await;
         assert_eq!(
@@ -254,6 +260,12 @@ async fn a_guard_that_cannot_be_enforced_is_refused_and_nothing_runs() {
         .unwrap();
     let reason = refused(per_exec.run(&touch).await, "per exec");
     assert!(reason.contains("PerExec"), "{reason}");
+    let stats = per_exec.pool_stats();
+    assert_eq!(
+        (stats.guarded_commands, stats.guard_refusals),
+        (0, 1),
+        "{stats:?}"
+    );
     // A terminal and a job take no runner.
     let guarded = builder(&tb)
         .limits(Limits::new().open_files(256))
@@ -282,6 +294,7 @@ async fn a_guard_that_cannot_be_enforced_is_refused_and_nothing_runs() {
         .unwrap();
     let reason = refused(ex.run(&touch).await, "no Landlock");
     assert!(reason.contains("Landlock"), "{reason}");
+    assert_eq!(ex.pool_stats().guard_refusals, 1);
     let limited = ExecOptions::default().limits(Limits::new().open_files(64));
     let ex_limits = builder(&no_landlock)
         .limits(Limits::new().open_files(64))

@@ -315,6 +315,8 @@ impl Pool {
             runners_lost: counters.runners_lost.load(Ordering::Relaxed),
             runner_fallbacks: counters.runner_fallbacks.load(Ordering::Relaxed),
             runner_commands: counters.runner_commands.load(Ordering::Relaxed),
+            guarded_commands: counters.guarded_commands.load(Ordering::Relaxed),
+            guard_refusals: counters.guard_refusals.load(Ordering::Relaxed),
             waits: state.statistics.get_waited,
             wait_timeouts: state.statistics.get_timed_out,
             wait_time: state.statistics.get_wait_time,

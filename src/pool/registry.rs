@@ -48,6 +48,8 @@ pub(crate) struct Counters {
     pub(crate) runners_lost: AtomicU64,
     pub(crate) runner_fallbacks: AtomicU64,
     pub(crate) runner_commands: AtomicU64,
+    pub(crate) guarded_commands: AtomicU64,
+    pub(crate) guard_refusals: AtomicU64,
     /// What the last runner to start runs on (`perl 5.036000`).
     pub(crate) runner: Mutex<Option<String>>,
 }

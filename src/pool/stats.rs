@@ -84,6 +84,11 @@ pub struct PoolStats {
     pub runner_fallbacks: u64,
     /// Commands run through a resident runner.
     pub runner_commands: u64,
+    /// Commands that ran under their limits or confinement (the runner took their guard).
+    pub guarded_commands: u64,
+    /// Guarded commands refused because their guard could not be enforced
+    /// ([`Error::GuardUnavailable`](crate::Error::GuardUnavailable)); none of them ran.
+    pub guard_refusals: u64,
     /// How long the account's login shell takes to start: the largest figure among the open
     /// connections, each measured on its first command (`None` before that). It includes the
     /// shell's start-up files (a `~/.bashrc` that runs `pyenv init` or `nvm`: see the

@@ -438,6 +438,11 @@ async fn drive_once(
     }
     if request.guarded {
         if !config.unguarded_where_unenforceable {
+            inner
+                .registry
+                .counters
+                .guard_refusals
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return Attempt::Done(Err(Error::GuardUnavailable {
                 host: config.host.clone(),
                 port: config.port,

@@ -57,6 +57,9 @@ pub(super) async fn drive(
         .runner_commands
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     // From here on the command may be running: it is never sent again.
+    // A guarded command counts as guarded once the runner shows it took the guard (any
+    // frame but a fault).
+    let mut guard_counted = job.guard.is_none();
     let mut pgid: Option<u32> = None;
     let mut kill_sent = false;
     let mut give_up_at: Option<Instant> = None;
@@ -75,56 +78,63 @@ pub(super) async fn drive(
                     limit::sum(&[config.kill_grace, config.drain_timeout, config.connect_timeout]),
                 );
             }
-            frame = frames.recv() => match frame {
-                Some(Frame::Started(group)) => pgid = Some(group),
-                Some(Frame::Output(chunk)) => {
-                    taken += chunk.bytes().len();
-                    forward(events, budget, chunk).await;
-                    if taken >= resident::ACK_EVERY {
-                        runner.ack(id, taken).await;
-                        taken = 0;
+            frame = frames.recv() => {
+                if !guard_counted && matches!(frame, Some(Frame::Started(_) | Frame::Output(_) | Frame::Ended(_))) {
+                    guard_counted = true;
+                    counters.guarded_commands.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                match frame {
+                    Some(Frame::Started(group)) => pgid = Some(group),
+                    Some(Frame::Output(chunk)) => {
+                        taken += chunk.bytes().len();
+                        forward(events, budget, chunk).await;
+                        if taken >= resident::ACK_EVERY {
+                            runner.ack(id, taken).await;
+                            taken = 0;
+                        }
                     }
-                }
-                Some(Frame::Ended(end)) => {
-                    return Attempt::Done(Ok(resident::exit_status(end, job.guard.is_some())));
-                }
-                Some(Frame::Fault(reason)) if reason.starts_with("guard:") => {
-                    return Attempt::Done(Err(Error::GuardUnavailable {
-                        host: config.host.clone(),
-                        port: config.port,
-                        reason,
-                    }));
-                }
-                Some(Frame::Fault(reason)) => {
-                    return Attempt::Done(Err(Error::RunnerFault {
-                        host: config.host.clone(),
-                        port: config.port,
-                        reason,
-                    }));
-                }
-                None => {
-                    // The runner's channel closed under the command.
-                    let session = slot.session.clone();
-                    if session.is_dead() {
-                        slot.mark_broken();
-                        return Attempt::Done(Err(Error::ConnectionLost {
+                    Some(Frame::Ended(end)) => {
+                        return Attempt::Done(Ok(resident::exit_status(end, job.guard.is_some())));
+                    }
+                    Some(Frame::Fault(reason)) if reason.starts_with("guard:") => {
+                        counters.guard_refusals.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        return Attempt::Done(Err(Error::GuardUnavailable {
+                            host: config.host.clone(),
+                            port: config.port,
+                            reason,
+                        }));
+                    }
+                    Some(Frame::Fault(reason)) => {
+                        return Attempt::Done(Err(Error::RunnerFault {
+                            host: config.host.clone(),
+                            port: config.port,
+                            reason,
+                        }));
+                    }
+                    None => {
+                        // The runner's channel closed under the command.
+                        let session = slot.session.clone();
+                        if session.is_dead() {
+                            slot.mark_broken();
+                            return Attempt::Done(Err(Error::ConnectionLost {
+                                host: config.host.clone(),
+                                port: config.port,
+                            }));
+                        }
+                        counters.runners_lost.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        tracing::warn!(host = %config.host, ?pgid,
+                            "the resident runner ended while a command ran; killing its group");
+                        if let Some(pgid) = pgid {
+                            // As the runner's identity: an escalated group is the target's.
+                            spawn_kill(inner.clone(), session, escalation.map(Exchange::fresh), pgid, false);
+                        }
+                        return Attempt::Done(Err(Error::RunnerLost {
                             host: config.host.clone(),
                             port: config.port,
                         }));
                     }
-                    counters.runners_lost.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    tracing::warn!(host = %config.host, ?pgid,
-                        "the resident runner ended while a command ran; killing its group");
-                    if let Some(pgid) = pgid {
-                        // As the runner's identity: an escalated group is the target's.
-                        spawn_kill(inner.clone(), session, escalation.map(Exchange::fresh), pgid, false);
-                    }
-                    return Attempt::Done(Err(Error::RunnerLost {
-                        host: config.host.clone(),
-                        port: config.port,
-                    }));
                 }
-            },
+            }
             _ = give_up => {
                 tracing::warn!(host = %config.host, ?pgid,
                     "command still running after the kill; giving up on it (a process may have left the group)");

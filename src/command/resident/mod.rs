@@ -119,7 +119,12 @@ impl RunnerRequest {
     /// Whether the request fits in one frame ([`protocol::MAX_DATA`]); a larger one goes
     /// per exec, where the universal form carries a command of any length on stdin.
     pub(crate) fn fits(&self) -> bool {
-        self.run(RunFlags(RunFlags::GUARDED), 0).fits()
+        let guarded = if self.guard.is_some() {
+            RunFlags::GUARDED
+        } else {
+            0
+        };
+        self.run(RunFlags(guarded), 0).fits()
     }
 
     /// The run request's data for this command.
