@@ -711,6 +711,15 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// The executor's [audit trail](crate::audit::AuditTrail) cannot be opened or written
+    /// (or an existing trail's chain is broken): the operation did not run, and none will
+    /// on that trail.
+    #[error("audit trail: {reason}")]
+    Audit {
+        /// What failed.
+        reason: String,
+    },
+
     /// A fleet run needs more open files than the process may have: its soft limit
     /// (`RLIMIT_NOFILE`) could not be raised to `needed`. Nothing was started.
     #[error(

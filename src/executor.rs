@@ -9,8 +9,10 @@ use std::{
 use tracing::Instrument;
 
 use crate::{
+    audit::{self, Exit},
     command::{
-        self, Escalated, Exchange, ExecRequest, Execution, OutputSink, Program, Supervision,
+        self, Escalated, Exchange, ExecRequest, Execution, OutputChunk, OutputSink, Program,
+        Supervision,
     },
     config::{Become, Config},
     error::{Error, Result},
@@ -279,12 +281,47 @@ impl SshExecutor {
         if self.is_closed() {
             return Err(Error::Closed);
         }
+        let mut audit = self.audit_command("command", command, &options)?;
+        let result = if audit.is_on() {
+            let mut digests = audit::OutputDigests::default();
+            let mut digesting = |chunk: &OutputChunk| {
+                chunk.digest_into(&mut digests);
+                sink(chunk);
+            };
+            let result = self
+                .execute_unaudited(command, options, &mut digesting)
+                .await;
+            audit.note(|record| digests.record_into(record));
+            result
+        } else {
+            self.execute_unaudited(command, options, sink).await
+        };
+        match &result {
+            Ok(execution) => audit.end(execution.status.audit_exit()),
+            Err(error) => audit.end(Exit::Error(error.with_causes())),
+        }
+        result
+    }
+
+    /// [`execute`](Self::execute) without its audit record.
+    async fn execute_unaudited(
+        &self,
+        command: &str,
+        options: ExecOptions,
+        sink: &mut OutputSink<'_>,
+    ) -> Result<Execution> {
         let timeout = self.resolve_timeout(options.timeout);
         if options.stdin.is_some() {
             // Through a process: its stdin written and closed, then run to its end.
             let mut options = options;
             let bytes = options.stdin.take().unwrap_or_default();
-            let mut process = self.spawn(command, options).await?;
+            // Recorded by `execute` as the command it is.
+            let unrecorded = audit::Entry::off();
+            let mut process = if options.pty.is_some() {
+                self.terminal_process(command, options, unrecorded)?
+            } else {
+                self.piped_process(command, options, unrecorded).await?
+            };
             let write = process.write(bytes);
             if let Err(error) = write.await {
                 tracing::debug!(%error, "the command's stdin closed before it took all its input");
@@ -327,6 +364,17 @@ impl SshExecutor {
         if options.pty.is_some() {
             return self.spawn_in_terminal(command, options);
         }
+        let audit = self.audit_command("process", command, &options)?;
+        self.piped_process(command, options, audit).await
+    }
+
+    /// [`spawn`](Self::spawn) without a terminal, recorded by `audit` when it ends.
+    async fn piped_process(
+        &self,
+        command: &str,
+        options: ExecOptions,
+        audit: audit::Entry,
+    ) -> Result<crate::Process> {
         if self.is_closed() {
             return Err(Error::Closed);
         }
@@ -338,7 +386,14 @@ impl SshExecutor {
         // `command::feeder`).
         let feeder = command::Feeder::start(&self.inner, self.exchange(), input.0).await?;
         let request = self.request(command, &options, Some(feeder.fifo()))?;
-        let process = self.launch_process(command, request, None, stdin, input.1, Some(feeder));
+        let process = self.launch_process(
+            command,
+            request,
+            None,
+            (stdin, input.1),
+            Some(feeder),
+            audit,
+        );
         if let Some(bytes) = options.stdin {
             process.write(bytes).await?;
         }
@@ -352,6 +407,17 @@ impl SshExecutor {
         command: &str,
         options: ExecOptions,
     ) -> Result<crate::Process> {
+        let audit = self.audit_command("terminal", command, &options)?;
+        self.terminal_process(command, options, audit)
+    }
+
+    /// [`spawn_in_terminal`](Self::spawn_in_terminal), recorded by `audit` when it ends.
+    fn terminal_process(
+        &self,
+        command: &str,
+        options: ExecOptions,
+        audit: audit::Entry,
+    ) -> Result<crate::Process> {
         if self.is_closed() {
             return Err(Error::Closed);
         }
@@ -361,7 +427,7 @@ impl SshExecutor {
             // Queued ahead of everything the caller writes; the queue has room for it.
             let _ = stdin.try_send(command::StdinItem::Data(bytes));
         }
-        Ok(self.launch_process(command, request, Some(input), stdin, control, None))
+        Ok(self.launch_process(command, request, Some(input), (stdin, control), None, audit))
     }
 
     /// Hands `request` to its driver and wraps it into a [`Process`](crate::Process).
@@ -370,9 +436,12 @@ impl SshExecutor {
         command: &str,
         request: ExecRequest,
         input: Option<command::Input>,
-        stdin: tokio::sync::mpsc::Sender<command::StdinItem>,
-        control: tokio::sync::mpsc::UnboundedSender<command::Control>,
+        (stdin, control): (
+            tokio::sync::mpsc::Sender<command::StdinItem>,
+            tokio::sync::mpsc::UnboundedSender<command::Control>,
+        ),
         feeder: Option<command::Feeder>,
+        audit: audit::Entry,
     ) -> crate::Process {
         let terminal = request.pty.is_some();
         let command_id = self
@@ -392,7 +461,82 @@ impl SshExecutor {
             control,
             terminal,
             feeder,
+            audit,
         )
+    }
+
+    /// The audit entry of `op` on this handle (off without a trail): who, where, as whom.
+    ///
+    /// # Errors
+    /// [`Error::Audit`] when the trail has failed: the operation must not run.
+    pub(crate) fn audit(&self, op: &str) -> Result<audit::Entry> {
+        let config = &self.inner.config;
+        let Some(trail) = &config.audit else {
+            return Ok(audit::Entry::off());
+        };
+        let mut record = audit::template(&config.host, config.port, &config.user, op);
+        if let Some(escalated) = &self.escalation {
+            record.user = escalated.settings.user.clone();
+            record.r#become = Some(escalated.settings.method.name().to_owned());
+        }
+        trail.begin(record)
+    }
+
+    /// The audit entry of `op` on `path` (and `to`, a rename's second path).
+    pub(crate) fn audit_path(
+        &self,
+        op: &str,
+        path: &Path,
+        to: Option<&Path>,
+    ) -> Result<audit::Entry> {
+        let mut entry = self.audit(op)?;
+        entry.note(|record| {
+            record.path = Some(audit::path_text(path));
+            record.to = to.map(audit::path_text);
+        });
+        Ok(entry)
+    }
+
+    /// Runs `work`, recorded as `op` on `path` (and `to`) with its outcome.
+    pub(crate) async fn audited<T>(
+        &self,
+        op: &str,
+        path: &Path,
+        to: Option<&Path>,
+        work: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let audit = self.audit_path(op, path, to)?;
+        let result = work.await;
+        audit.end_with(&result);
+        result
+    }
+
+    /// The audit entry of a command (`op`: `command`, `process`, `terminal`): its text,
+    /// directory and guard.
+    fn audit_command(
+        &self,
+        op: &str,
+        command: &str,
+        options: &ExecOptions,
+    ) -> Result<audit::Entry> {
+        let mut entry = self.audit(op)?;
+        entry.note(|record| {
+            record.command = Some(command.to_owned());
+            let dir = self.resolve_dir(options.current_dir.as_deref());
+            let guard = self.guard(options);
+            if !guard.is_empty() {
+                let entries = guard.to_protocol(dir.as_deref()).encode();
+                record.guard = Some(
+                    entries
+                        .split(|byte| *byte == 0)
+                        .filter(|entry| !entry.is_empty())
+                        .map(|entry| String::from_utf8_lossy(entry).into_owned())
+                        .collect(),
+                );
+            }
+            record.dir = dir.map(|dir| audit::path_text(&dir));
+        });
+        Ok(entry)
     }
 
     /// The request for `command` with `options`; its stdin read from the FIFO `stdin_fifo`
@@ -404,16 +548,7 @@ impl SshExecutor {
         stdin_fifo: Option<&command::FeederFifo>,
     ) -> Result<ExecRequest> {
         let config = &self.inner.config;
-        let guard = crate::config::Guard {
-            limits: options
-                .limits
-                .clone()
-                .unwrap_or_else(|| config.guard.limits.clone()),
-            confinement: options
-                .confinement
-                .clone()
-                .or_else(|| config.guard.confinement.clone()),
-        };
+        let guard = self.guard(options);
         ExecRequest::command(
             config,
             Program::parse(command),
@@ -423,6 +558,21 @@ impl SshExecutor {
             self.exchange(),
             guard,
         )
+    }
+
+    /// The limits and confinement of a command with `options`: its own, or the builder's.
+    fn guard(&self, options: &ExecOptions) -> crate::config::Guard {
+        let config = &self.inner.config;
+        crate::config::Guard {
+            limits: options
+                .limits
+                .clone()
+                .unwrap_or_else(|| config.guard.limits.clone()),
+            confinement: options
+                .confinement
+                .clone()
+                .or_else(|| config.guard.confinement.clone()),
+        }
     }
 
     /// Whether [`close`](Self::close) was called.
@@ -439,8 +589,14 @@ impl SshExecutor {
     /// finish on their connections, which then close. Further calls fail with
     /// [`Error::Closed`]. The pruning a [`spawn_job`](Self::spawn_job) set off in the
     /// background (`job_retention`), if still in flight, gets up to 10 s to finish first.
+    /// The [audit trail](crate::SshExecutorBuilder::audit)'s queued records are then
+    /// written.
     pub async fn close(&self) {
         self.inner.close().await;
+        if let Some(trail) = &self.inner.config.audit {
+            // Its failure refused operations already; nothing more to say here.
+            let _ = trail.flush().await;
+        }
     }
 
     /// Disconnects the idle connections and retires the busy ones (they close when their

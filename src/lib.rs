@@ -101,8 +101,9 @@
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 // Each module imports only from the modules before it on this line (`.ci/check-layers.py`):
-// Layers, bottom up: error < config < ssh < pool < command < executor < files < jobs < terminals < forwards < builder < fleet < tools < swiftide < adapters
+// Layers, bottom up: error < audit < config < ssh < pool < command < executor < files < jobs < terminals < forwards < builder < fleet < tools < swiftide < adapters
 pub mod adapters;
+pub mod audit;
 mod builder;
 mod command;
 mod config;

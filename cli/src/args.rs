@@ -73,6 +73,9 @@ pub(crate) enum Command {
         /// The local directory that receives one directory per host.
         dest: PathBuf,
     },
+    /// Audit trails written with --audit.
+    #[command(subcommand)]
+    Audit(AuditCommand),
     /// Detached jobs on every host, under one id: start them, and later ask their states,
     /// read their output or kill them by that id.
     #[command(subcommand)]
@@ -171,6 +174,21 @@ pub(crate) enum JobCommand {
     },
 }
 
+/// `swiftide-ssh audit ...`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum AuditCommand {
+    /// Check that FILE's hash chain is whole: exit 0 with its record count and head, or 1
+    /// naming the first line that breaks it (a line removed, moved or edited).
+    Verify {
+        /// The trail (JSON lines, as --audit writes them).
+        file: PathBuf,
+        /// The head (the last line's SHA-256) recorded elsewhere earlier: the trail must
+        /// still hold that line, which catches lines cut off its end.
+        #[arg(long, value_name = "SHA256")]
+        head: Option<String>,
+    },
+}
+
 /// Everything that chooses and runs a fleet: shared by every subcommand that talks to hosts.
 #[derive(Debug, Args)]
 pub(crate) struct FleetArgs {
@@ -182,6 +200,8 @@ pub(crate) struct FleetArgs {
     pub(crate) escalation: Escalation,
     #[command(flatten)]
     pub(crate) guard: swiftide_ssh_executor::flags::GuardArgs,
+    #[command(flatten)]
+    pub(crate) audit: swiftide_ssh_executor::flags::AuditArgs,
     #[command(flatten)]
     pub(crate) rollout: RolloutArgs,
     #[command(flatten)]

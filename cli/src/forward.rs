@@ -31,7 +31,7 @@ pub(crate) async fn forward(
             .into(),
         ));
     }
-    let fleet = args.fleet(|builder| builder)?;
+    let (fleet, trail) = args.audited_fleet(|builder| builder).await?;
     // Watched from before the first forward opens: a signal while the hosts connect stops
     // the forwards as soon as they are all open (rather than killing the process).
     let stop = Stop::watch(duration)?;
@@ -41,6 +41,9 @@ pub(crate) async fn forward(
         .await;
     let code = finish(printer, &args.output, &opened.report)?;
     if opened.forwards.is_empty() {
+        if let Some(trail) = trail {
+            trail.flush().await?;
+        }
         return Ok(code);
     }
     eprintln!(
@@ -65,6 +68,9 @@ pub(crate) async fn forward(
         );
     }
     opened.close().await;
+    if let Some(trail) = trail {
+        trail.flush().await?;
+    }
     Ok(code)
 }
 

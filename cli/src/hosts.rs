@@ -9,6 +9,8 @@ use std::{
 
 use swiftide_ssh_executor::{
     Fleet, HostKeyPolicy, SshConfig, SshExecutor, SshExecutorBuilder,
+    audit::AuditTrail,
+    flags::AuditArgs,
     fleet::{Inventory, InventoryHost, expand_nodeset},
 };
 
@@ -194,6 +196,17 @@ impl FleetArgs {
             return Ok(fleet.with_become(escalation)?);
         }
         Ok(fleet)
+    }
+
+    /// [`fleet`](Self::fleet), every executor recording to the `--audit` trail when one is
+    /// given: flush the trail when the work is done.
+    pub(crate) async fn audited_fleet(
+        &self,
+        tune: impl Fn(SshExecutorBuilder) -> SshExecutorBuilder,
+    ) -> Result<(Fleet, Option<AuditTrail>), Usage> {
+        let trail = self.audit.open().await?;
+        let fleet = self.fleet(|builder| AuditArgs::apply(trail.as_ref(), tune(builder)))?;
+        Ok((fleet, trail))
     }
 
     /// `--list-hosts`: prints the selected hosts without connecting to any; true when it

@@ -26,7 +26,7 @@ use clap::Parser;
 use swiftide_ssh_executor::{FleetEvent, ForwardSpec, JobOptions, PushOptions};
 
 use crate::{
-    args::{Cli, Command, FleetArgs, JobCommand, Usage, seconds},
+    args::{AuditCommand, Cli, Command, FleetArgs, JobCommand, Usage, seconds},
     fold::fold,
     forward::forward,
     printer::{Printer, Streamed, finish},
@@ -39,10 +39,12 @@ async fn rollout(args: &FleetArgs, streamed: Streamed, work: Work<'_>) -> Result
     if args.list_hosts()? {
         return Ok(0);
     }
-    let fleet = args.fleet(|builder| match &work {
-        Work::JobStart { retention, .. } => builder.job_retention(*retention),
-        _ => builder,
-    })?;
+    let (fleet, trail) = args
+        .audited_fleet(|builder| match &work {
+            Work::JobStart { retention, .. } => builder.job_retention(*retention),
+            _ => builder,
+        })
+        .await?;
     let mut printer = Printer::new(&args.output, streamed, fleet.members().len());
     let on_event = |event: FleetEvent<'_>| printer.event(event);
     let report = match work {
@@ -62,6 +64,9 @@ async fn rollout(args: &FleetArgs, streamed: Streamed, work: Work<'_>) -> Result
         Work::JobOutput(id, max) => fleet.job_output(id, max, on_event).await,
         Work::JobKill(id, grace) => fleet.kill_job(id, grace, on_event).await.report,
     };
+    if let Some(trail) = trail {
+        trail.flush().await?;
+    }
     finish(printer, &args.output, &report)
 }
 
@@ -163,7 +168,30 @@ async fn dispatch(command: &Command) -> Result<u8, Usage> {
             failed_hosts,
             max_exit_code,
         } => fold(files, failed_hosts.as_deref(), *max_exit_code),
+        Command::Audit(AuditCommand::Verify { file, head }) => verify_audit(file, head.as_deref()),
     }
+}
+
+/// `audit verify FILE`: 0 and the trail's size and head when its chain is whole (and holds
+/// `head`, when given), 1 naming where it breaks.
+fn verify_audit(file: &Path, head: Option<&str>) -> Result<u8, Usage> {
+    let reader = std::fs::File::open(file)
+        .map(std::io::BufReader::new)
+        .map_err(|error| Usage(format!("cannot read {}: {error}", file.display())))?;
+    let verified = match swiftide_ssh_executor::audit::verify_holding(reader, head) {
+        Ok(verified) => verified,
+        Err(broken) => {
+            println!("{}: {broken}", file.display());
+            return Ok(1);
+        }
+    };
+    println!(
+        "{}: {} records, chain intact, head {}",
+        file.display(),
+        verified.records,
+        verified.hash
+    );
+    Ok(0)
 }
 
 fn main() -> ExitCode {

@@ -497,6 +497,76 @@ fn run_live_folded_json_failed_hosts_batches_and_shards() {
 }
 
 /// A tree with odd names (spaces, quotes, a newline), modes, an empty directory, a symlink.
+#[test]
+fn audit_records_every_host_and_verify_names_the_broken_line() {
+    let beds = [testbed(), testbed()];
+    let hosts = Hosts::new(&[("web1", &beds[0]), ("web2", &beds[1])], false);
+    let trail = hosts.path("audit.jsonl");
+    let trail_arg = trail.to_str().unwrap();
+    for command in ["echo one", "echo two"] {
+        let out = hosts.run(
+            &["run"],
+            &["-w", "web[1-2]", "--audit", trail_arg, "sh", "-c", command],
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    }
+    let lines: Vec<Value> = std::fs::read_to_string(&trail)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    // Two runs (the second continues the chain) on two hosts.
+    assert_eq!(lines.len(), 4, "{lines:#?}");
+    let mut seen: Vec<(String, String)> = lines
+        .iter()
+        .map(|line| {
+            assert_eq!(line["op"], "command");
+            assert_eq!(line["exit"], serde_json::json!({"code": 0}));
+            (
+                line["host"].as_str().unwrap().to_owned(),
+                line["command"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    seen.sort();
+    let host = |i: usize| beds[i].host();
+    assert_eq!(seen.len(), 4);
+    assert!(seen.iter().all(|(h, _)| *h == host(0) || *h == host(1)), "{seen:?}");
+    assert_eq!(seen.iter().filter(|(_, c)| c.contains("echo two")).count(), 2);
+
+    let verify = |extra: &[&str]| {
+        let mut args = vec!["audit", "verify", trail_arg];
+        args.extend(extra);
+        run(&args, hosts.dir.path())
+    };
+    let out = verify(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    assert!(said.contains("4 records, chain intact"), "{said}");
+    let head = said.trim().rsplit(' ').next().unwrap().to_owned();
+    assert_eq!(verify(&["--head", &head]).status.code(), Some(0));
+
+    // The last line cut off: only the kept head tells.
+    let text_before = std::fs::read_to_string(&trail).unwrap();
+    let kept: Vec<&str> = text_before.lines().collect();
+    std::fs::write(&trail, format!("{}\n", kept[..3].join("\n"))).unwrap();
+    assert_eq!(verify(&[]).status.code(), Some(0));
+    let out = verify(&["--head", &head]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stdout).contains("line 4"), "{}", text(&out.stdout));
+
+    // The second line edited: named by the break it makes at line 3.
+    let edited = text_before.replacen("echo one", "echo 0ne", 2);
+    std::fs::write(&trail, &edited).unwrap();
+    let out = verify(&[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stdout).contains("breaks at line"), "{}", text(&out.stdout));
+    // And a broken trail is not continued: the run refuses before it starts.
+    let out = hosts.run(&["run"], &["-w", "web1", "--audit", trail_arg, "true"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("cannot be continued"), "{}", text(&out.stderr));
+}
+
 fn make_tree(root: &Path) -> Vec<(PathBuf, Vec<u8>, u32)> {
     let files: Vec<(PathBuf, Vec<u8>, u32)> = vec![
         ("plain.txt".into(), b"plain\n".to_vec(), 0o644),

@@ -34,6 +34,8 @@ use clap::{Args, CommandFactory, Parser, ValueEnum, builder::BoolishValueParser}
 use swiftide_ssh_executor::{
     HostKeyPolicy, SshExecutor, SshExecutorBuilder,
     adapters::mcp::{ServerOptions, SshMcpServer, serve},
+    audit::AuditTrail,
+    flags::AuditArgs,
 };
 
 /// The default command timeout, in seconds.
@@ -68,6 +70,9 @@ struct Cli {
     escalation: swiftide_ssh_executor::flags::BecomeArgs,
     #[command(flatten)]
     guard: swiftide_ssh_executor::flags::GuardArgs,
+    // The trail is the operator's: no tool can turn it off or read it.
+    #[command(flatten)]
+    audit: swiftide_ssh_executor::flags::AuditArgs,
     #[command(flatten)]
     host_keys: HostKeys,
     #[command(flatten)]
@@ -344,17 +349,17 @@ impl Cli {
             .apply(builder.max_output_bytes(Some(tools.max_output_bytes))))
     }
 
-    /// The server these settings describe, built without connecting (inside a runtime).
-    fn server(&self) -> Result<SshMcpServer, String> {
-        let executor = self
-            .builder()?
-            .build_lazy()
-            .map_err(|error| error.to_string())?;
+    /// The server these settings describe, built without connecting (inside a runtime), and
+    /// the `--audit` trail it records to, to flush when it stops.
+    async fn server(&self) -> Result<(SshMcpServer, Option<AuditTrail>), String> {
+        let trail = self.audit.open().await.map_err(|error| error.to_string())?;
+        let builder = AuditArgs::apply(trail.as_ref(), self.builder()?);
+        let executor = builder.build_lazy().map_err(|error| error.to_string())?;
         let mut options = ServerOptions::default();
         if let Some(root) = &self.tools.root {
             options = options.root(root.clone());
         }
-        Ok(SshMcpServer::new(executor, options))
+        Ok((SshMcpServer::new(executor, options), trail))
     }
 }
 
@@ -381,8 +386,12 @@ fn main() -> ExitCode {
     };
     // The executor is built (without connecting) inside the runtime its pool lives on.
     let result = runtime.block_on(async {
-        let server = cli.server()?;
-        serve(server).await.map_err(|error| error.to_string())
+        let (server, trail) = cli.server().await?;
+        let served = serve(server).await.map_err(|error| error.to_string());
+        if let Some(trail) = trail {
+            trail.flush().await.map_err(|error| error.to_string())?;
+        }
+        served
     });
     // Background kills of cancelled commands get a moment; a command still running when the
     // process exits is killed by its supervisor when the connection closes.

@@ -4,7 +4,10 @@
 
 use std::{ffi::OsString, path::PathBuf};
 
-use crate::{Become, BecomeMethod, Confinement, Limits, Network, Secret, SshExecutorBuilder};
+use crate::{
+    Become, BecomeMethod, Confinement, Limits, Network, Secret, SshExecutorBuilder,
+    audit::AuditTrail,
+};
 
 /// Limits and confinement for every command (README, "Guarded commands"): `--limit-*`,
 /// `--confine-writes`, `--writable`, `--no-network`, `--connect-port`.
@@ -120,6 +123,59 @@ impl GuardArgs {
             builder = builder.confinement(confinement);
         }
         builder.run_unguarded_where_unenforceable(self.run_unguarded_where_unenforceable)
+    }
+}
+
+/// The audit trail (README, "Audit trail"): `--audit FILE`, a hash-chained JSON-lines
+/// record of every operation, which `swiftide-ssh audit verify FILE` checks.
+///
+/// ```
+/// use clap::Parser;
+/// use swiftide_ssh_executor::flags::AuditArgs;
+///
+/// #[derive(Parser)]
+/// struct Cli {
+///     #[command(flatten)]
+///     audit: AuditArgs,
+/// }
+///
+/// let cli = Cli::parse_from(["cli", "--audit", "/var/log/agent.jsonl"]);
+/// assert_eq!(cli.audit.file(), Some(std::path::Path::new("/var/log/agent.jsonl")));
+/// ```
+#[derive(Debug, Clone, Default, clap::Args)]
+#[command(next_help_heading = "Audit")]
+pub struct AuditArgs {
+    /// Append a hash-chained JSON line for every operation on every host (command, file
+    /// read and write, job, forward) to FILE, created 0600; an existing FILE is verified
+    /// and continued, and one whose chain is broken is refused.
+    #[arg(long, value_name = "FILE")]
+    audit: Option<PathBuf>,
+}
+
+impl AuditArgs {
+    /// The file `--audit` names.
+    pub fn file(&self) -> Option<&std::path::Path> {
+        self.audit.as_deref()
+    }
+
+    /// Opens the trail `--audit` names (none without the flag), to give every executor's
+    /// builder with [`apply`](Self::apply).
+    ///
+    /// # Errors
+    /// [`Error::Audit`](crate::Error::Audit), as [`AuditTrail::to_file`] says.
+    pub async fn open(&self) -> crate::Result<Option<AuditTrail>> {
+        match &self.audit {
+            Some(path) => AuditTrail::to_file(path).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// `builder` recording to `trail`, when there is one.
+    pub fn apply(trail: Option<&AuditTrail>, builder: SshExecutorBuilder) -> SshExecutorBuilder {
+        match trail {
+            Some(trail) => builder.audit(trail.clone()),
+            None => builder,
+        }
     }
 }
 

@@ -52,6 +52,7 @@ pub struct SshExecutorBuilder {
     runner: Option<Runner>,
     guard: crate::config::Guard,
     unguarded_where_unenforceable: bool,
+    audit: Option<crate::audit::AuditTrail>,
     runner_helper: Option<Arc<RunnerHelper>>,
     /// Jump hosts in order, client side first (`ssh/jump.rs`).
     pub(crate) jump_hosts: Vec<JumpHost>,
@@ -117,6 +118,7 @@ impl Default for SshExecutorBuilder {
             runner: None,
             guard: crate::config::Guard::default(),
             unguarded_where_unenforceable: false,
+            audit: None,
             runner_helper: None,
             jump_hosts: Vec::new(),
             jump_hosts_from_file: false,
@@ -488,6 +490,16 @@ impl SshExecutorBuilder {
         self
     }
 
+    /// Records every operation of this executor and its clones (commands, processes and
+    /// terminals, file reads and writes, `stream_files`, jobs, forwards) in `trail`, a
+    /// hash-chained JSON-lines [`AuditTrail`](crate::audit::AuditTrail). Defaults to none.
+    /// Once the trail cannot be written, operations are refused with
+    /// [`Error::Audit`](crate::Error::Audit).
+    pub fn audit(mut self, trail: crate::audit::AuditTrail) -> Self {
+        self.audit = Some(trail);
+        self
+    }
+
     /// A native runner to install on hosts and try before Python and Perl: the bytes of this
     /// crate's `swiftide-ssh-runner` binary, built for the hosts' architecture (e.g.
     /// `cargo build --release -p swiftide-ssh-runner --target x86_64-unknown-linux-musl`,
@@ -629,6 +641,7 @@ impl SshExecutorBuilder {
             runner_helper: self.runner_helper,
             guard: self.guard,
             unguarded_where_unenforceable: self.unguarded_where_unenforceable,
+            audit: self.audit,
         };
         config.prestart_request = crate::command::prestart_request(Supervision::of(&config));
         Ok(config)

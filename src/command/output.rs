@@ -24,6 +24,14 @@ impl OutputChunk {
             OutputChunk::Stdout(bytes) | OutputChunk::Stderr(bytes) => bytes,
         }
     }
+
+    /// Adds the chunk to an audit record's digests of its stream.
+    pub(crate) fn digest_into(&self, digests: &mut crate::audit::OutputDigests) {
+        match self {
+            OutputChunk::Stdout(bytes) => digests.stdout(bytes),
+            OutputChunk::Stderr(bytes) => digests.stderr(bytes),
+        }
+    }
 }
 
 /// A sink that receives output chunks in the order the executor observed them.
@@ -57,6 +65,17 @@ pub enum ExitStatus {
 }
 
 impl ExitStatus {
+    /// How an audit record says the command ended.
+    pub(crate) fn audit_exit(&self) -> crate::audit::Exit {
+        use crate::audit::Exit;
+        match self {
+            ExitStatus::Code(code) => Exit::Code(*code),
+            ExitStatus::Signal { name, .. } => Exit::Signal(name.clone()),
+            ExitStatus::TimedOut { timeout, .. } => Exit::TimedOut(timeout.as_secs_f64()),
+            ExitStatus::Unknown => Exit::Unknown,
+        }
+    }
+
     /// `true` for exit code 0 only.
     pub fn success(&self) -> bool {
         matches!(self, ExitStatus::Code(0))

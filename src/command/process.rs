@@ -39,6 +39,9 @@ pub struct Process {
     terminal: bool,
     /// The second channel that carries stdin to a command without a terminal.
     feeder: Option<Feeder>,
+    /// Its audit record, ended when its end is seen (dropped before that: cancelled).
+    audit: crate::audit::Entry,
+    digests: crate::audit::OutputDigests,
 }
 
 impl std::fmt::Debug for Process {
@@ -88,6 +91,7 @@ impl Process {
         control: mpsc::UnboundedSender<Control>,
         terminal: bool,
         feeder: Option<Feeder>,
+        audit: crate::audit::Entry,
     ) -> Self {
         let kept = Retained::new(inner.config.max_output_bytes);
         Process {
@@ -99,7 +103,27 @@ impl Process {
             finished: None,
             terminal,
             feeder,
+            audit,
+            digests: crate::audit::OutputDigests::default(),
         }
+    }
+
+    /// Keeps a chunk of output (and digests it for the audit record).
+    fn heard_output(&mut self, chunk: &OutputChunk) {
+        if self.audit.is_on() {
+            chunk.digest_into(&mut self.digests);
+        }
+        self.kept.push(chunk.clone());
+    }
+
+    /// Ends the audit record with how the command ended.
+    fn heard_end(&mut self, result: &Result<ExitStatus>) {
+        let mut audit = std::mem::take(&mut self.audit);
+        audit.note(|record| self.digests.record_into(record));
+        audit.end(match result {
+            Ok(status) => status.audit_exit(),
+            Err(error) => crate::audit::Exit::Error(error.with_causes()),
+        });
     }
 
     /// Once the command has ended: closes stdin and lets the feeder (if any) finish, so
@@ -155,10 +179,11 @@ impl Process {
         }
         match self.launched.next(&self.inner.config, None).await {
             Some(Heard::Output(chunk)) => {
-                self.kept.push(chunk.clone());
+                self.heard_output(&chunk);
                 Some(chunk)
             }
             Some(Heard::Finished(result)) => {
+                self.heard_end(&result);
                 self.finished = Some(result);
                 None
             }
@@ -219,7 +244,6 @@ impl Process {
         }
         self.launched.kill();
         let config = self.inner.config.clone();
-        let mut kept = std::mem::replace(&mut self.kept, Retained::new(None));
         let mut status = ExitStatus::Unknown;
         let drain_until = crate::config::limit::deadline(
             tokio::time::Instant::now(),
@@ -231,14 +255,18 @@ impl Process {
         );
         loop {
             match self.launched.next(&config, drain_until).await {
-                Some(Heard::Output(chunk)) => kept.push(chunk),
+                Some(Heard::Output(chunk)) => self.heard_output(&chunk),
                 Some(Heard::Finished(result)) => {
+                    self.heard_end(&result);
                     status = result?;
                     break;
                 }
                 None => break,
             }
         }
+        // Killed without its end seen in time.
+        self.heard_end(&Ok(status.clone()));
+        let kept = std::mem::replace(&mut self.kept, Retained::new(None));
         self.release_stdin().await;
         Ok(self.launched.execution(&config, kept, status))
     }

@@ -77,6 +77,8 @@ pub(crate) struct Config {
     /// Run a guarded command unguarded where its guard cannot be enforced (loudly named on
     /// the builder); otherwise it is refused.
     pub(crate) unguarded_where_unenforceable: bool,
+    /// Where every operation is recorded, when anywhere.
+    pub(crate) audit: Option<crate::audit::AuditTrail>,
 }
 
 impl fmt::Debug for Config {
@@ -113,6 +115,7 @@ impl fmt::Debug for Config {
             .field("escalation", &self.escalation)
             .field("runner", &self.runner)
             .field("runner_helper", &self.runner_helper)
+            .field("audit", &self.audit)
             .finish()
     }
 }

@@ -18,6 +18,7 @@ use futures::TryStreamExt;
 use russh_sftp::protocol::{FileAttributes, StatusCode};
 
 use crate::{
+    audit::Digested,
     error::{Error, Result, SftpStatus},
     executor::SshExecutor,
     files::{
@@ -161,10 +162,13 @@ impl SshExecutor {
         F: Fn(Arc<SftpChannel>) -> Fut,
         Fut: Future<Output = Result<T>>,
     {
-        let channel = self.sftp().await?;
+        // Boxed: opening a channel and the operations are large futures, and every file
+        // operation (and each job read) would otherwise carry them inline; in a debug build
+        // their poll frames alone overflowed a test thread's 2 MiB stack.
+        let channel = Box::pin(self.sftp()).await?;
         // Counts as running, so that retiring the connection does not close it under `op`.
         let running = channel.running();
-        let result = op(channel.clone()).await;
+        let result = Box::pin(op(channel.clone())).await;
         drop(running);
         let transport_failure = matches!(&result, Err(Error::Sftp { status: None, .. }));
         if !transport_failure || !channel.is_broken() {
@@ -175,9 +179,9 @@ impl SshExecutor {
             return result;
         }
         tracing::debug!(host = %self.inner.config.host, "sftp channel broke; retrying on a new one");
-        let channel = self.sftp().await?;
+        let channel = Box::pin(self.sftp()).await?;
         let _running = channel.running();
-        op(channel).await
+        Box::pin(op(channel)).await
     }
 
     /// Reads a whole remote file. A relative `path` resolves against the workdir
@@ -205,6 +209,18 @@ impl SshExecutor {
         err(level = "debug")
     )]
     pub(crate) async fn read_resolved(&self, path: &Path) -> Result<Vec<u8>> {
+        let mut audit = self.audit_path("read_file", path, None)?;
+        let result = self.read_unaudited(path).await;
+        if let Ok(bytes) = &result {
+            audit.note(|record| record.content = Some(Digested::of(bytes)));
+        }
+        audit.end_with(&result);
+        result
+    }
+
+    /// [`read_resolved`](Self::read_resolved) without an audit record: for reads that are
+    /// part of another operation (`stream_files`, a push's read-back), recorded as that.
+    pub(crate) async fn read_unaudited(&self, path: &Path) -> Result<Vec<u8>> {
         if path.to_str().is_none() {
             return exec_fallback::read_via_exec(self, path).await;
         }
@@ -364,6 +380,15 @@ impl SshExecutor {
         content: &[u8],
         mode: ModeRule,
     ) -> Result<()> {
+        let mut audit = self.audit_path("write_file", path, None)?;
+        audit.note(|record| record.content = Some(Digested::of(content)));
+        let result = self.write_unaudited(path, content, mode).await;
+        audit.end_with(&result);
+        result
+    }
+
+    /// [`write_resolved_mode`](Self::write_resolved_mode) without its audit record.
+    async fn write_unaudited(&self, path: &Path, content: &[u8], mode: ModeRule) -> Result<()> {
         if path.to_str().is_none() {
             return exec_fallback::write_via_exec(self, path, content, mode).await;
         }
@@ -518,9 +543,12 @@ impl SshExecutor {
     pub async fn create_dir_all(&self, path: &Path) -> Result<()> {
         let path = self.resolve_path(path, None);
         sftp_path(&path)?;
-        self.with_sftp(Retry::Idempotent, |channel| {
-            let path = path.clone();
-            async move { self.mkdir_all(&channel, &path).await }
+        self.audited("create_dir_all", &path, None, async {
+            self.with_sftp(Retry::Idempotent, |channel| {
+                let path = path.clone();
+                async move { self.mkdir_all(&channel, &path).await }
+            })
+            .await
         })
         .await
     }
@@ -539,11 +567,14 @@ impl SshExecutor {
     pub async fn remove_file(&self, path: &Path) -> Result<()> {
         let path = self.resolve_path(path, None);
         let text = sftp_path(&path)?;
-        self.with_sftp(Retry::Never, |channel| async move {
-            channel
-                .remove(text)
-                .await
-                .map_err(|e| self.sftp_error("remove", text, e))
+        self.audited("remove_file", &path, None, async {
+            self.with_sftp(Retry::Never, |channel| async move {
+                channel
+                    .remove(text)
+                    .await
+                    .map_err(|e| self.sftp_error("remove", text, e))
+            })
+            .await
         })
         .await
     }
@@ -562,15 +593,18 @@ impl SshExecutor {
     pub async fn remove_dir_all(&self, path: &Path) -> Result<()> {
         let path = self.resolve_path(path, None);
         let text = sftp_path(&path)?;
-        self.with_sftp(Retry::Never, |channel| async move {
-            let attrs = channel
-                .lstat(text)
-                .await
-                .map_err(|e| self.sftp_error("lstat", text, e))?;
-            if !FileMetadata::from_attrs(&attrs).is_dir() {
-                return Err(self.file_error("remove_dir_all", Path::new(text), ENOTDIR));
-            }
-            self.remove_tree(&channel, text.to_owned()).await
+        self.audited("remove_dir_all", &path, None, async {
+            self.with_sftp(Retry::Never, |channel| async move {
+                let attrs = channel
+                    .lstat(text)
+                    .await
+                    .map_err(|e| self.sftp_error("lstat", text, e))?;
+                if !FileMetadata::from_attrs(&attrs).is_dir() {
+                    return Err(self.file_error("remove_dir_all", Path::new(text), ENOTDIR));
+                }
+                self.remove_tree(&channel, text.to_owned()).await
+            })
+            .await
         })
         .await
     }
@@ -589,11 +623,14 @@ impl SshExecutor {
     pub async fn remove_dir(&self, path: &Path) -> Result<()> {
         let path = self.resolve_path(path, None);
         let text = sftp_path(&path)?;
-        self.with_sftp(Retry::Never, |channel| async move {
-            channel
-                .rmdir(text)
-                .await
-                .map_err(|e| self.sftp_error("rmdir", text, e))
+        self.audited("remove_dir", &path, None, async {
+            self.with_sftp(Retry::Never, |channel| async move {
+                channel
+                    .rmdir(text)
+                    .await
+                    .map_err(|e| self.sftp_error("rmdir", text, e))
+            })
+            .await
         })
         .await
     }
@@ -614,11 +651,14 @@ impl SshExecutor {
         let (from, to) = (self.resolve_path(from, None), self.resolve_path(to, None));
         let from_text = sftp_path(&from)?;
         let to_text = sftp_path(&to)?;
-        self.with_sftp(Retry::Never, |channel| async move {
-            channel
-                .rename(from_text, to_text)
-                .await
-                .map_err(|e| self.sftp_error("rename", from_text, e))
+        self.audited("rename", &from, Some(&to), async {
+            self.with_sftp(Retry::Never, |channel| async move {
+                channel
+                    .rename(from_text, to_text)
+                    .await
+                    .map_err(|e| self.sftp_error("rename", from_text, e))
+            })
+            .await
         })
         .await
     }

@@ -206,7 +206,7 @@ async fn load_rules(executor: &SshExecutor, root: &Path, discovery: &Discovery) 
     );
     let fetched: Vec<_> = futures::stream::iter(sources)
         .map(|source| async move {
-            let text = executor.read_resolved(&source.file).await;
+            let text = executor.read_unaudited(&source.file).await;
             (source, text)
         })
         .buffer_unordered(CONCURRENT_READS)
@@ -311,7 +311,7 @@ async fn list(executor: &SshExecutor, root: &Path, out: unbounded::UnboundedSend
 }
 
 async fn load(executor: &SshExecutor, path: PathBuf) -> anyhow::Result<LoadedFile> {
-    match executor.read_resolved(&path).await {
+    match executor.read_unaudited(&path).await {
         Ok(content) => Ok(LoadedFile { path, content }),
         Err(error) => {
             Err(anyhow::Error::new(error)
@@ -405,10 +405,24 @@ pub(crate) fn walk_files(
     extensions: Option<Vec<String>>,
 ) -> mpsc::Receiver<anyhow::Result<LoadedFile>> {
     let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+    // Recorded once, as a walk: the reads it makes are part of it. A caller that drops the
+    // stream early is recorded as having cancelled it.
+    let audit = executor.audit_path("stream_files", &root, None);
     tokio::spawn(async move {
+        let audit = match audit {
+            Ok(audit) => audit,
+            Err(refused) => {
+                let _ = tx.send(Err(refused.into())).await;
+                return;
+            }
+        };
         tokio::select! {
             () = tx.closed() => {}
             result = walk(&executor, &root, extensions, &tx) => {
+                audit.end(match &result {
+                    Ok(()) => crate::audit::Exit::Ok,
+                    Err(error) => crate::audit::Exit::Error(format!("{error:#}")),
+                });
                 if let Err(error) = result {
                     let _ = tx.send(Err(error)).await;
                 }

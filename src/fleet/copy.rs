@@ -317,7 +317,7 @@ async fn push_one(
         None => {
             // No sha256sum or shasum (or no exec at all): read every file back over SFTP.
             let read_back = futures::stream::iter(targets.iter())
-                .map(|target| executor.read_resolved(target))
+                .map(|target| executor.read_unaudited(target))
                 .buffered(FILES_IN_FLIGHT)
                 .try_collect::<Vec<Vec<u8>>>()
                 .await?;

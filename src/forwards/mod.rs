@@ -255,6 +255,26 @@ impl SshExecutor {
         bind: SocketAddr,
         listening: Listening,
     ) -> Result<LocalForward> {
+        let mut audit = self.audit(match listening {
+            Listening::Fixed(_) => "forward_local",
+            Listening::Socks => "forward_dynamic",
+        })?;
+        let result = self.listen_unaudited(bind, listening).await;
+        if let Ok(forward) = &result {
+            audit.note(|record| {
+                record.path = Some(format!("{} to {}", forward.local_addr, forward.description));
+            });
+        }
+        audit.end_with(&result);
+        result
+    }
+
+    /// [`listen`](Self::listen) without its audit record.
+    async fn listen_unaudited(
+        &self,
+        bind: SocketAddr,
+        listening: Listening,
+    ) -> Result<LocalForward> {
         let link = Arc::new(Link::new(self.inner.clone()));
         link.session().await?;
         let (listener, local_addr) = bind_listener(bind).map_err(|source| Error::ForwardLocal {

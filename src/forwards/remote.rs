@@ -285,6 +285,25 @@ impl SshExecutor {
         on_host: HostListener,
         deliver: Deliver,
     ) -> Result<RemoteForward> {
+        let mut audit = self.audit("forward_remote")?;
+        audit.note(|record| record.path = Some(on_host.to_string()));
+        let result = self.remote_unaudited(on_host, deliver).await;
+        if let Ok(forward) = &result {
+            audit.note(|record| {
+                let listener = record.path.take().unwrap_or_default();
+                record.path = Some(format!("{listener} to {}", forward.description));
+            });
+        }
+        audit.end_with(&result);
+        result
+    }
+
+    /// [`remote`](Self::remote) without its audit record.
+    async fn remote_unaudited(
+        &self,
+        on_host: HostListener,
+        deliver: Deliver,
+    ) -> Result<RemoteForward> {
         let link = Arc::new(Link::new(self.inner.clone()));
         let session = link.session().await?;
         let (incoming, streams) = mpsc::channel(WAITING_STREAMS);

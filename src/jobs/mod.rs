@@ -37,6 +37,7 @@ pub use spec::{DEFAULT_SPOOL_CAP, JobOptions};
 use state::{DropRecord, ExitRecord, HostTime, PidRecord, boot_time, proc_start_time, trimmed};
 
 use crate::{
+    audit,
     command::{
         ExitStatus, OutputChunk,
         resident::{JobMirror, RunnerJob, RunnerJobStart, start_job},
@@ -397,6 +398,24 @@ impl SshExecutor {
     /// not, never half started. Ask again with the same id (`spawn_job` returns
     /// the existing job) or look it up with [`job`](Self::job).
     pub async fn spawn_job(&self, command: &str, options: JobOptions) -> Result<Job> {
+        let mut audit = self.audit("job_start")?;
+        audit.note(|record| {
+            record.command = Some(command.to_owned());
+            record.dir = self
+                .resolve_dir(options.current_dir.as_deref())
+                .map(|dir| audit::path_text(&dir));
+            record.job.clone_from(&options.id);
+        });
+        let result = self.spawn_job_unaudited(command, options).await;
+        if let Ok(job) = &result {
+            audit.note(|record| record.job = Some(job.id.clone()));
+        }
+        audit.end_with(&result);
+        result
+    }
+
+    /// [`spawn_job`](Self::spawn_job) without its audit record.
+    async fn spawn_job_unaudited(&self, command: &str, options: JobOptions) -> Result<Job> {
         if self.is_closed() {
             return Err(Error::Closed);
         }
@@ -1110,6 +1129,15 @@ impl Job {
     /// # Cancel safety
     /// Dropping the future may leave the group signalled with `SIGTERM` only; kill again.
     pub async fn kill(&self, grace: Duration) -> Result<JobStatus> {
+        let mut audit = self.executor.audit("job_kill")?;
+        audit.note(|record| record.job = Some(self.id.clone()));
+        let result = self.kill_unaudited(grace).await;
+        audit.end_with(&result);
+        result
+    }
+
+    /// [`kill`](Self::kill) without its audit record.
+    async fn kill_unaudited(&self, grace: Duration) -> Result<JobStatus> {
         let (status, out) =
             run_collect(&self.executor, &script::kill(&self.dir, grace), Vec::new()).await?;
         let answer = trimmed(&out.stdout);
