@@ -83,6 +83,9 @@
 //!   and shell tools over SSH.
 //! * **`mcp`**: `adapters::mcp`, an MCP server exposing the executor's commands and files
 //!   (for embedding; the `swiftide-ssh-mcp` crate is the ready-made binary).
+//! * **`yaml`**: YAML Ansible inventories for fleets (INI needs no feature).
+//! * **`flags`**: `flags`, the command-line flags (clap) the crate's binaries share: become
+//!   and guards.
 //!
 //! # Stability
 //!
