@@ -440,7 +440,7 @@ pub enum Error {
     /// A command's [limits](crate::Limits) or [confinement](crate::Confinement) cannot be
     /// enforced for it on this host (no runner, or one that cannot apply them, no Landlock
     /// or too old a kernel, a terminal or the caller's stdin, which take no runner); nothing
-    /// ran. See the README's "Guarded commands".
+    /// ran. See the guide's [Guarded commands](crate::guide::guards).
     #[error(
         "the command's limits or confinement cannot be enforced on {host}:{port}, so it did not run: {reason}"
     )]

@@ -63,13 +63,14 @@ pub struct ExecOptions {
     /// Run in a pseudo-terminal. Defaults to none: stdout and stderr apart, byte-exact, as
     /// under LocalExecutor. With one, they arrive merged as stdout (`\n` written as `\r\n`
     /// by the terminal), the command's stdin is the terminal, and a timeout or cancel kills
-    /// its whole session (see [`Pty`](crate::Pty) and the README's "Terminals").
+    /// its whole session (see [`Pty`](crate::Pty) and the guide's
+    /// [Terminals](crate::guide::terminals#pseudo-terminals)).
     pub pty: Option<crate::command::Pty>,
     /// Bytes for the command's stdin, which reads EOF after them. Defaults to none: stdin
     /// is `/dev/null`, as under LocalExecutor. (Not for `#!` scripts, whose interpreter
     /// reads its body on stdin. For a stream or a writer kept open, see
     /// [`spawn`](SshExecutor::spawn).) They travel on a second channel into a FIFO on the
-    /// host: see the README's "Terminals".
+    /// host: see the guide's [Terminals](crate::guide::terminals#stdin-for-commands).
     pub stdin: Option<bytes::Bytes>,
     /// Resource limits for this command, replacing the builder's
     /// ([`SshExecutorBuilder::limits`](crate::SshExecutorBuilder::limits)). Defaults to the

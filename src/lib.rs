@@ -68,9 +68,11 @@
 //!   [`JobTools`] gives a swiftide agent the same as tools (start, output since a cursor,
 //!   status with a wait, kill, list); the bamboo and MCP adapters have them too.
 //!
-//! How one command travels from `exec_cmd` to the remote process group and back, the kill
-//! path, the pool, the file layer and every difference from `LocalExecutor` are described in
-//! `docs/ARCHITECTURE.md`; the measured guarantees in `docs/RELIABILITY.md`.
+//! The [`guide`] explains each of these chapter by chapter, with examples; how one command
+//! travels from `exec_cmd` to the remote process group and back, the kill path, the pool and
+//! the file layer are in its [architecture](guide::architecture) chapter, every difference
+//! from `LocalExecutor` in [commands](guide::commands#differences-from-localexecutor), and
+//! the measured guarantees in [reliability](guide::reliability).
 //!
 //! # Cargo features
 //!
@@ -81,6 +83,9 @@
 //!   and shell tools over SSH.
 //! * **`mcp`**: `adapters::mcp`, an MCP server exposing the executor's commands and files
 //!   (for embedding; the `swiftide-ssh-mcp` crate is the ready-made binary).
+//! * **`yaml`**: YAML Ansible inventories for fleets (INI needs no feature).
+//! * **`flags`**: `flags`, the command-line flags (clap) the crate's binaries share: become
+//!   and guards.
 //!
 //! # Stability
 //!
@@ -101,7 +106,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 // Each module imports only from the modules before it on this line (`.ci/check-layers.py`):
-// Layers, bottom up: error < audit < config < ssh < pool < command < executor < files < jobs < terminals < forwards < builder < fleet < tools < swiftide < adapters
+// Layers, bottom up: guide < error < audit < config < ssh < pool < command < executor < files < jobs < terminals < forwards < builder < fleet < tools < swiftide < adapters
 pub mod adapters;
 pub mod audit;
 mod builder;
@@ -112,6 +117,7 @@ mod executor;
 mod files;
 pub mod fleet;
 mod forwards;
+pub mod guide;
 mod jobs;
 mod pool;
 mod ssh;

@@ -5,7 +5,7 @@
 //! and the Debian packages `fish zsh tcsh mksh busybox dropbear-bin openssh-sftp-server`.
 //!
 //! Each test prints `matrix:` lines with its figures (differential cases same/different, kill
-//! times); the README's matrix is made from them.
+//! times); the guide's matrix (`docs/guide/11-testing.md`) is made from them.
 
 mod common;
 

@@ -2,7 +2,7 @@
 //! Debian and Dropbear on a BusyBox-only userland, both logging in as the non-root `tester`
 //! (login shell `/bin/sh`).
 //!
-//! * the quickstart flow (and the README's example, verbatim);
+//! * the quickstart flow (and the guide's example, `docs/guide/11-testing.md`);
 //! * the differential table against swiftide's `LocalExecutor`, with a directory shared
 //!   between this machine and the container at the same path
 //!   (`DockerTestbedBuilder::mount`);
@@ -56,7 +56,8 @@ fn image_name(image: DockerImage) -> &'static str {
 }
 
 // ---------------------------------------------------------------------------------------
-// The README's example ("Testing your code against the Docker testbed"), verbatim.
+// The guide's example (docs/guide/11-testing.md, "Testing your code against the Docker
+// testbed"), verbatim but for its name and attribute.
 
 #[tokio::test]
 async fn readme_example_runs_a_command_in_a_container() {

@@ -1,6 +1,6 @@
-//! Guarded commands (README, "Guarded commands"): limits and Landlock confinement applied by
-//! the host's runner, through a real sshd, with Python's runner and with the helper; and the
-//! refusals wherever a guard cannot be enforced.
+//! Guarded commands (the guide, docs/guide/09-guarded-commands.md): limits and Landlock
+//! confinement applied by the host's runner, through a real sshd, with Python's runner and with
+//! the helper; and the refusals wherever a guard cannot be enforced.
 
 mod common;
 

@@ -13,7 +13,8 @@
 //! * **Atomic writes.** `write_file` replaces a file atomically (temporary file + rename,
 //!   [`SshExecutor::write_file_bytes`]) instead of truncating it in place.
 //! * **Remote walks.** `grep` and `glob` are the crate's one glob and grep, which every door
-//!   shares (the MCP server's and bamboo's too; the README's "Adapters" section has their
+//!   shares (the MCP server's and bamboo's too; the guide's
+//!   [Adapters](crate::guide::adapters#glob-and-grep-the-same-on-every-door) has their
 //!   rules): `glob` is `glob::glob`'s algorithm over a remote `find` snapshot (paths only
 //!   cross the wire), `grep` reads the candidate files (regular files up to 16 MiB, not
 //!   behind a symlink) over SFTP, 8 at a time, and matches them locally with the same

@@ -40,12 +40,12 @@
 //!   and unknown names are mutating.
 //! * Permission checks keep bamboo's defaults (this executor adds no gate of its own).
 //! * Relative paths resolve against the workspace given to [`SshToolExecutor::new`].
-//! * `Glob` and `Grep` are the crate's one glob and grep, which every door shares (the
-//!   README's "Adapters" section has their rules): glob-crate patterns below `path`, results
-//!   sorted by path (not newest first as bamboo's built-in `Glob`); Rust regex line by line,
-//!   binary files, symbolic links and `.git` skipped below a directory, files over 16 MiB
-//!   too. They do not apply `.gitignore` rules (bamboo's built-ins do inside git
-//!   repositories) and `Grep`'s `type` filter is not supported.
+//! * `Glob` and `Grep` are the crate's one glob and grep, which every door shares (the guide's
+//!   [Adapters](crate::guide::adapters#glob-and-grep-the-same-on-every-door) has their rules):
+//!   glob-crate patterns below `path`, results sorted by path (not newest first as bamboo's
+//!   built-in `Glob`); Rust regex line by line, binary files, symbolic links and `.git` skipped
+//!   below a directory, files over 16 MiB too. They do not apply `.gitignore` rules (bamboo's
+//!   built-ins do inside git repositories) and `Grep`'s `type` filter is not supported.
 
 use std::{
     collections::HashMap,

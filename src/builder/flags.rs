@@ -9,8 +9,8 @@ use crate::{
     audit::AuditTrail,
 };
 
-/// Limits and confinement for every command (README, "Guarded commands"): `--limit-*`,
-/// `--confine-writes`, `--writable`, `--no-network`, `--connect-port`.
+/// Limits and confinement for every command ([Guarded commands](crate::guide::guards)):
+/// `--limit-*`, `--confine-writes`, `--writable`, `--no-network`, `--connect-port`.
 ///
 /// ```
 /// use clap::Parser;
@@ -185,8 +185,9 @@ pub const BECOME_VARIABLE: &str = "SWIFTIDE_SSH_BECOME";
 /// and MCP hosts); unset or empty: no password.
 pub const BECOME_PASSWORD_VARIABLE: &str = "SWIFTIDE_SSH_BECOME_PASSWORD";
 
-/// Privilege escalation, Ansible's "become" (README, "Become"): `--become`, `--become-user`,
-/// `--become-method`, `--become-flags`, `--become-password-file`, `--become-password-env`.
+/// Privilege escalation, Ansible's "become" ([Become](crate::guide::escalation)): `--become`,
+/// `--become-user`, `--become-method`, `--become-flags`, `--become-password-file`,
+/// `--become-password-env`.
 ///
 /// Every flag can also be set through its `SWIFTIDE_SSH_BECOME*` variable (as Ansible reads
 /// `ANSIBLE_BECOME*`); a flag on the command line wins over its variable. The password is

@@ -341,12 +341,13 @@ impl SshExecutorBuilder {
     /// replacement is opened in the background.
     ///
     /// Once a connection knows that its login shell is POSIX (the direct exec form, see the
-    /// README), its spares are also **pre-started**: the login shell is already running and
-    /// waits for the command on stdin, so a warm command costs one round trip and neither
-    /// the channel open nor the login shell's start: a warm `true` 2.4 ms against raw
-    /// russh's 2.45 ms on loopback, 1.1 round trips over a 20 ms link (3.1 without spares).
-    /// The login shell's rc files therefore run before the command is known (and before
-    /// sshd logs the session); if they print anything, that connection stops pre-starting.
+    /// guide's [Commands](crate::guide::commands#in-detail)), its spares are also
+    /// **pre-started**: the login shell is already running and waits for the command on stdin,
+    /// so a warm command costs one round trip and neither the channel open nor the login
+    /// shell's start: a warm `true` 2.4 ms against raw russh's 2.45 ms on loopback, 1.1 round
+    /// trips over a 20 ms link (3.1 without spares). The login shell's rc files therefore run
+    /// before the command is known (and before sshd logs the session); if they print anything,
+    /// that connection stops pre-starting.
     ///
     /// Spares count against the connection's channel limit (`channels_per_connection`, lowered
     /// to what the server allows when it refuses a channel): they are opened only while a
@@ -443,12 +444,12 @@ impl SshExecutorBuilder {
     }
 
     /// How commands start on the host: through a resident runner per connection (one exec
-    /// request, then every command is a request on its channel: about half the server CPU
-    /// of a session per command) or one SSH session per command. See [`Runner`] and the
-    /// README's "How commands run" for which commands take the runner. Defaults to
-    /// [`Runner::Auto`] (the runner where the host can start one, silently per exec
-    /// elsewhere), or to what the `SWIFTIDE_SSH_RUNNER` environment variable names (`auto`,
-    /// `resident`, `per-exec`) when this setter is not called.
+    /// request, then every command is a request on its channel: about half the server CPU of a
+    /// session per command) or one SSH session per command. See [`Runner`] and the guide's [How
+    /// commands run](crate::guide::commands#how-commands-run) for which commands take the
+    /// runner. Defaults to [`Runner::Auto`] (the runner where the host can start one, silently
+    /// per exec elsewhere), or to what the `SWIFTIDE_SSH_RUNNER` environment variable names
+    /// (`auto`, `resident`, `per-exec`) when this setter is not called.
     pub fn runner(mut self, runner: Runner) -> Self {
         self.runner = Some(runner);
         self
@@ -458,8 +459,8 @@ impl SshExecutorBuilder {
     /// runner in the command's leader before it runs; [`ExecOptions::limits`] replaces them
     /// for one command. Defaults to none. A command that cannot get them (no runner on the
     /// host, a terminal, the caller's stdin, the Perl runner) is refused with
-    /// [`Error::GuardUnavailable`](crate::Error::GuardUnavailable); see the README's
-    /// "Guarded commands".
+    /// [`Error::GuardUnavailable`](crate::Error::GuardUnavailable); see the guide's
+    /// [Guarded commands](crate::guide::guards).
     ///
     /// [`ExecOptions::limits`]: crate::ExecOptions::limits
     pub fn limits(mut self, limits: crate::Limits) -> Self {

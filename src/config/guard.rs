@@ -1,8 +1,8 @@
-//! Guards: resource limits and kernel confinement for commands on real hosts (README,
-//! "Guarded commands"). The runner applies them in the command's leader before `sh` runs
-//! (the `swiftide-ssh-runner` crate's protocol, "Guards"); a command that cannot get them
-//! whole is refused with [`Error::GuardUnavailable`](crate::Error::GuardUnavailable),
-//! never run weaker than asked.
+//! Guards: resource limits and kernel confinement for commands on real hosts (the guide,
+//! [Guarded commands](crate::guide::guards)). The runner applies them in the command's leader
+//! before `sh` runs (the `swiftide-ssh-runner` crate's protocol, "Guards"); a command that
+//! cannot get them whole is refused with
+//! [`Error::GuardUnavailable`](crate::Error::GuardUnavailable), never run weaker than asked.
 
 use std::{path::PathBuf, time::Duration};
 

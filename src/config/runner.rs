@@ -12,7 +12,7 @@
 /// request, that
 /// runs the executor's commands as requests on its channel: each one is `fork` and `sh -c`,
 /// in a session and process group of its own, stdout and stderr on pipes of their own. See
-/// the README's "How commands run" for what takes which path.
+/// [How commands run](crate::guide::commands#how-commands-run) for what takes which path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Runner {

@@ -421,7 +421,7 @@ impl SshExecutor {
         }
         let config = &self.inner.config;
         // Jobs start through a supervisor that applies no guard yet: refused rather than
-        // run weaker than the builder asked (README, "Guarded commands").
+        // run weaker than the builder asked (guide, "Guarded commands").
         if !config.guard.is_empty() {
             if !config.unguarded_where_unenforceable {
                 return Err(Error::GuardUnavailable {

@@ -71,7 +71,7 @@ pub struct PoolStats {
     pub forward_connections: usize,
     /// Of those, commands whose spare was pre-escalated: a shell started through their
     /// escalation tool (`sudo -n`, `doas -n`) was already waiting, so the tool did not run
-    /// on the command's critical path (see the README's "Become").
+    /// on the command's critical path (see the guide's [Become](crate::guide::escalation)).
     pub escalated_spares_used: u64,
     /// What the host's resident runner runs on (`perl 5.036000`), from the last runner
     /// that started; `None` while none has (see [`Runner`](crate::Runner)).
@@ -91,10 +91,10 @@ pub struct PoolStats {
     pub guard_refusals: u64,
     /// How long the account's login shell takes to start: the largest figure among the open
     /// connections, each measured on its first command (`None` before that). It includes the
-    /// shell's start-up files (a `~/.bashrc` that runs `pyenv init` or `nvm`: see the
-    /// README's "How commands run") and about 1 ms of the executor's own; not the link's
-    /// round trip. Every command that finds no pre-started spare pays it; at 50 ms or more
-    /// the executor logs a warning once per connection.
+    /// shell's start-up files (a `~/.bashrc` that runs `pyenv init` or `nvm`: see the guide's
+    /// [Commands](crate::guide::commands#in-detail)) and about 1 ms of the executor's own; not
+    /// the link's round trip. Every command that finds no pre-started spare pays it; at 50 ms
+    /// or more the executor logs a warning once per connection.
     pub login_shell_startup: Option<Duration>,
     /// Slot checkouts that had to wait.
     pub waits: u64,

@@ -271,7 +271,7 @@ impl Terminal {
     /// Keep a burst of input under 256 KiB while the terminal's echo is off: OpenSSH's sshd then
     /// answers each write to the terminal with an equally large `SSH_MSG_IGNORE` ("simulated
     /// echo"), and one above 256 KiB is larger than any SSH client accepts, so the connection
-    /// is lost (see the README's Terminals section).
+    /// is lost (see the guide's [Terminals](crate::guide::terminals#terminals)).
     ///
     /// # Errors
     /// As [`send_text`](Self::send_text).
