@@ -249,10 +249,14 @@ impl SshExecutor {
             if let Some((old_uid, old_gid)) = kept.take() {
                 channel.set_owner(&file.handle, old_uid, old_gid).await;
             }
-            channel
-                .chown(&file.handle, uid, gid)
-                .await
-                .map_err(|e| self.sftp_error("chown", &target.path, e))?;
+            if let Err(error) = channel.chown(&file.handle, uid, gid).await {
+                // Removed before the error is returned, not in the background: a program
+                // that exits on the error (the command line) leaves nothing behind.
+                drop(file);
+                let _ = channel.remove(&temp.path).await;
+                temp.armed = false;
+                return Err(self.sftp_error("chown", &target.path, error));
+            }
         }
         channel
             .fill_and_close(file, content, mode, kept)
