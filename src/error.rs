@@ -168,6 +168,25 @@ impl std::fmt::Display for BecomeFailure {
     }
 }
 
+/// Which kind of account an [`Error::UnknownAccount`] names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AccountKind {
+    /// A user (a file's owner).
+    User,
+    /// A group.
+    Group,
+}
+
+impl std::fmt::Display for AccountKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            AccountKind::User => "user",
+            AccountKind::Group => "group",
+        })
+    }
+}
+
 /// Everything that can go wrong in this crate.
 ///
 /// Command failures are *not* errors: a nonzero exit, a death by signal or a timeout are
@@ -698,6 +717,19 @@ pub enum Error {
         expected: String,
         /// The copy's digest (hex).
         actual: String,
+    },
+
+    /// A push's owner or group ([`PushOptions::owner`](crate::PushOptions::owner),
+    /// [`PushOptions::group`](crate::PushOptions::group)) names an account the host does
+    /// not have. Nothing was written on that host.
+    #[error("no {kind} named {name:?} on {host}")]
+    UnknownAccount {
+        /// The host.
+        host: String,
+        /// A user or a group.
+        kind: AccountKind,
+        /// The name as given.
+        name: String,
     },
 
     /// A local file of a copy could not be read or written.

@@ -133,12 +133,14 @@ pub use config::{
     AuthMethod, Become, Confinement, HostConfig, HostKeyPolicy, JumpHost, Limit, Limits, Network,
     PasswordProvider, PasswordRequest, Runner, Secret, SshConfig, StrictHostKeyChecking,
 };
-pub use error::{BecomeFailure, BecomeMethod, Error, ForwardRefusal, Phase, Result, SftpStatus};
+pub use error::{
+    AccountKind, BecomeFailure, BecomeMethod, Error, ForwardRefusal, Phase, Result, SftpStatus,
+};
 pub use executor::{ExecOptions, SshExecutor};
 pub use files::{DirEntry, FileMetadata, FileType};
 pub use fleet::{
-    Fleet, FleetEvent, FleetJobStates, FleetJobs, FleetReport, FleetSummary, HostRecord,
-    HostResult, HostStatus, Inventory, PushOptions,
+    FileChange, Fleet, FleetEvent, FleetJobStates, FleetJobs, FleetReport, FleetSummary,
+    HostRecord, HostResult, HostStatus, Inventory, PushOptions, PushedFile, PushedFiles,
 };
 pub use forwards::{
     Forward, ForwardSpec, ForwardStats, ForwardTarget, ForwardedConnection, HostListener,

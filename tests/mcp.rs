@@ -144,6 +144,43 @@ async fn every_tool_works_through_rmcp_and_the_root_holds() {
     );
     let read = call(&client, "read_file", json!({"path": "sub/dir/a.txt"})).await;
     assert_eq!(text(&read), "hi there\nsecond\n");
+    // The same rule as a push: an existing file keeps its mode, and one that already holds
+    // the content is left alone (same inode) and said to be unchanged.
+    {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let a = root.join("sub/dir/a.txt");
+        std::fs::set_permissions(&a, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let inode = std::fs::metadata(&a).unwrap().ino();
+        let same = call(
+            &client,
+            "write_file",
+            json!({"path": "sub/dir/a.txt", "content": "hi there\nsecond\n"}),
+        )
+        .await;
+        assert!(!is_error(&same), "{same:?}");
+        assert_eq!(
+            text(&same),
+            format!(
+                "unchanged: {} already holds these 16 bytes; nothing written",
+                a.display()
+            )
+        );
+        assert_eq!(std::fs::metadata(&a).unwrap().ino(), inode);
+        // The same size, another content: written, the mode kept.
+        let edited = call(
+            &client,
+            "write_file",
+            json!({"path": "sub/dir/a.txt", "content": "hi there\nthird!\n"}),
+        )
+        .await;
+        assert_eq!(text(&edited), format!("wrote 16 bytes to {}", a.display()));
+        let metadata = std::fs::metadata(&a).unwrap();
+        assert_ne!(metadata.ino(), inode);
+        assert_eq!(metadata.permissions().mode() & 0o7777, 0o600);
+        assert_eq!(std::fs::read_to_string(&a).unwrap(), "hi there\nthird!\n");
+        std::fs::write(&a, "hi there\nsecond\n").unwrap();
+        std::fs::set_permissions(&a, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
     call(
         &client,
         "write_file",

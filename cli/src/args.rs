@@ -47,7 +47,12 @@ pub(crate) enum Command {
     },
     /// Copy a local file or directory to every host (pdcp, clush --copy): atomic per file,
     /// sha256 checked on the host after the copy. A file that exists keeps its owner, group
-    /// and mode; a new one gets the local file's mode.
+    /// and mode; a new one gets the local file's mode (--mode and --owner set them on every
+    /// file, as Ansible's copy does).
+    ///
+    /// A file that already has the content (sha256), owner, group and mode the push would
+    /// give it is not rewritten: it is reported `unchanged` (Ansible's "ok"), in the live
+    /// and folded output and in --json (`"changed": false` and each file's `"change"`).
     ///
     /// DEST that is an existing directory, or ends with `/`, receives `DEST/<name of SOURCE>`;
     /// otherwise SOURCE is copied to DEST itself.
@@ -56,8 +61,20 @@ pub(crate) enum Command {
         fleet: FleetArgs,
         /// Apply the local files' modes to existing files too (pdcp's -p; here -p is the
         /// port, as with ssh).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "mode")]
         preserve: bool,
+        /// Give every pushed file this mode, in octal (0640), new or existing. Directories
+        /// the push creates get the server's default mode; existing ones are left alone.
+        #[arg(long, value_name = "MODE", value_parser = octal_mode)]
+        mode: Option<u32>,
+        /// Give every pushed file this owner and group, as chown writes them: USER,
+        /// USER:GROUP or :GROUP (the group only; -g is the inventory group here, as in
+        /// clush). Names are looked up on each host before anything is written there (a
+        /// host without one fails, its files untouched); numbers are ids. Needs the right
+        /// to (root, or --become: the change is made by the account the push runs as). Not
+        /// applied to directories.
+        #[arg(long, value_name = "USER[:GROUP]")]
+        owner: Option<String>,
         /// The local file or directory.
         source: PathBuf,
         /// The remote path.
@@ -481,6 +498,31 @@ pub(crate) struct Usage(pub(crate) String);
 impl<E: std::fmt::Display> From<E> for Usage {
     fn from(error: E) -> Self {
         Usage(error.to_string())
+    }
+}
+
+/// `--owner USER[:GROUP]`: the user and the group, either may be absent (`:GROUP`, `USER`).
+pub(crate) fn owner_and_group(text: &str) -> Result<(Option<&str>, Option<&str>), Usage> {
+    let (user, group) = match text.split_once(':') {
+        Some((user, group)) => (user, Some(group)),
+        None => (text, None),
+    };
+    if group == Some("") || (user.is_empty() && group.is_none()) {
+        return Err(Usage(format!(
+            "--owner {text:?}: give USER, USER:GROUP or :GROUP"
+        )));
+    }
+    Ok(((!user.is_empty()).then_some(user), group))
+}
+
+/// `--mode`: octal permission bits (`0640`, `640`, `0o640`), at most 7777.
+fn octal_mode(text: &str) -> Result<u32, String> {
+    let digits = text.strip_prefix("0o").unwrap_or(text);
+    match u32::from_str_radix(digits, 8) {
+        Ok(mode) if mode <= 0o7777 && !digits.starts_with('+') => Ok(mode),
+        _ => Err(format!(
+            "{text:?} is not an octal mode such as 0640 (at most 7777)"
+        )),
     }
 }
 

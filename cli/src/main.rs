@@ -26,7 +26,7 @@ use clap::Parser;
 use swiftide_ssh_executor::{FleetEvent, ForwardSpec, JobOptions, PushOptions};
 
 use crate::{
-    args::{AuditCommand, Cli, Command, FleetArgs, JobCommand, Usage, seconds},
+    args::{AuditCommand, Cli, Command, FleetArgs, JobCommand, Usage, owner_and_group, seconds},
     fold::fold,
     forward::forward,
     printer::{Printer, Streamed, finish},
@@ -94,10 +94,24 @@ async fn dispatch(command: &Command) -> Result<u8, Usage> {
         Command::Push {
             fleet,
             preserve,
+            mode,
+            owner,
             source,
             dest,
         } => {
-            let options = PushOptions::default().local_modes(*preserve);
+            let mut options = PushOptions::default().local_modes(*preserve);
+            if let Some(mode) = mode {
+                options = options.mode(*mode);
+            }
+            if let Some(text) = owner {
+                let (user, group) = owner_and_group(text)?;
+                if let Some(user) = user {
+                    options = options.owner(user);
+                }
+                if let Some(group) = group {
+                    options = options.group(group);
+                }
+            }
             rollout(fleet, Streamed::AtTheEnd, Work::Push(source, dest, options)).await
         }
         Command::Pull {
@@ -239,6 +253,53 @@ mod tests {
         );
         assert_eq!(split_destination("[::1]:2200"), (None, "::1", Some(2200)));
         assert_eq!(split_destination("fe80::1"), (None, "fe80::1", None));
+    }
+
+    #[test]
+    fn push_owners_parse_as_chown_writes_them() {
+        let parse = |text| owner_and_group(text).ok();
+        assert_eq!(parse("app"), Some((Some("app"), None)));
+        assert_eq!(parse("app:adm"), Some((Some("app"), Some("adm"))));
+        assert_eq!(parse(":adm"), Some((None, Some("adm"))));
+        assert_eq!(parse("app:"), None);
+        assert_eq!(parse(""), None);
+        assert_eq!(parse(":"), None);
+        let cli = Cli::try_parse_from([
+            "swiftide-ssh",
+            "push",
+            "-w",
+            "web1",
+            "--mode",
+            "0640",
+            "--owner",
+            "app:adm",
+            "a",
+            "/b",
+        ]);
+        let Ok(Cli {
+            command: Command::Push { mode, owner, .. },
+        }) = cli
+        else {
+            unreachable!("{cli:?}");
+        };
+        assert_eq!((mode, owner.as_deref()), (Some(0o640), Some("app:adm")));
+        for bad in ["0999", "17777", "rw-r-----", ""] {
+            let parsed =
+                Cli::try_parse_from(["swiftide-ssh", "push", "-w", "w", "--mode", bad, "a", "b"]);
+            assert!(parsed.is_err(), "{bad}");
+        }
+        let both = Cli::try_parse_from([
+            "swiftide-ssh",
+            "push",
+            "-w",
+            "w",
+            "--mode",
+            "600",
+            "--preserve",
+            "a",
+            "b",
+        ]);
+        assert!(both.is_err());
     }
 
     #[test]

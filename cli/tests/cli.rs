@@ -612,9 +612,11 @@ fn push_and_pull_a_tree_with_odd_names_and_a_failing_host() {
     let local = tempfile::tempdir().unwrap();
     let source = local.path().join("tree");
     let files = make_tree(&source);
-    // A root-owned directory the unprivileged host cannot write to.
+    // A root-owned directory the unprivileged host cannot write to, nor look into: were it
+    // readable, the host could find the files web1 just wrote already as pushed (unchanged)
+    // or not yet, as the hosts' timing goes.
     let remote = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(remote.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(remote.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
     // DEST ends in `/`: the tree lands in DEST/tree (all testbeds share one file system, so
     // without it the second host could find the directory the first one just made).
     let deployed = remote.path().join("deployed");
@@ -637,7 +639,17 @@ fn push_and_pull_a_tree_with_odd_names_and_a_failing_host() {
         assert_eq!(record["status"], "ok", "{record}");
         let summary = record["stdout"].as_str().unwrap();
         assert!(summary.starts_with("pushed 7 files"), "{summary}");
-        assert!(summary.contains("sha256 verified on the host"), "{summary}");
+        // The hosts share this file system: the second may find files the first wrote.
+        assert!(
+            summary.contains("sha256 verified on the host")
+                || summary.contains(": 7 unchanged; nothing written"),
+            "{summary}"
+        );
+        assert_eq!(
+            record["files"].as_array().map(Vec::len),
+            Some(7),
+            "{record}"
+        );
     }
     assert_eq!(status_of(&pushed, "dead"), "unreachable");
     let nopriv = pushed.iter().find(|r| r["host"] == "nopriv").unwrap();
@@ -665,28 +677,37 @@ fn push_and_pull_a_tree_with_odd_names_and_a_failing_host() {
     assert!(leftovers.stdout.is_empty(), "{}", text(&leftovers.stdout));
 
     // A push into an existing directory lands in it, under the source's name; a file keeps
-    // its mode, and is replaced atomically on the second push.
+    // its mode, and is replaced atomically on the second push. One host after the other
+    // (-f 1): web2 finds the file web1 wrote, already as pushed.
     let single = local.path().join("tool");
     std::fs::write(&single, "v1").unwrap();
     std::fs::set_permissions(&single, std::fs::Permissions::from_mode(0o750)).unwrap();
-    for version in ["v1", "v2"] {
+    for (version, change) in [("v1", "created"), ("v2", "changed")] {
         std::fs::write(&single, version).unwrap();
         let out = hosts.run(
             &["push"],
             &[
                 "-w",
                 "web[1-2]",
+                "-f",
+                "1",
                 "-b",
                 single.to_str().unwrap(),
                 remote.path().to_str().unwrap(),
             ],
         );
         let stdout = text(&out.stdout);
-        assert!(
-            stdout.contains("web[1-2] (2) ok"),
-            "{stdout}{}",
-            text(&out.stderr)
-        );
+        let tool = remote.path().join("tool");
+        for (name, change) in [("web1", change), ("web2", "unchanged")] {
+            assert!(
+                stdout.contains(&format!(
+                    "\n{name} (1) ok\n-----------\npushed 1 file, 2 bytes to {}: {change};",
+                    tool.display()
+                )),
+                "{stdout}{}",
+                text(&out.stderr)
+            );
+        }
         assert_eq!(out.status.code(), Some(0));
         assert_eq!(
             std::fs::read_to_string(remote.path().join("tool")).unwrap(),
@@ -774,6 +795,142 @@ fn push_and_pull_a_tree_with_odd_names_and_a_failing_host() {
         "s"
     );
     assert_eq!(mode(&gathered.join("web1/secret")), 0o600);
+}
+
+/// The inode and modification time of a file: what a rewrite changes.
+fn identity(path: &Path) -> (u64, SystemTime) {
+    let metadata = std::fs::metadata(path).unwrap();
+    (
+        std::os::unix::fs::MetadataExt::ino(&metadata),
+        metadata.modified().unwrap(),
+    )
+}
+
+#[test]
+fn a_second_push_reports_unchanged_live_folded_and_in_json() {
+    let beds = [testbed(), testbed()];
+    let hosts = Hosts::new(&[("web1", &beds[0]), ("web2", &beds[1])], false);
+    let local = tempfile::tempdir().unwrap();
+    let source = local.path().join("app.conf");
+    std::fs::write(&source, "listen 80\n").unwrap();
+    std::fs::set_permissions(&source, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let remote = tempfile::tempdir().unwrap();
+    let dest = remote.path().join("app.conf");
+    let push = |nodes: &str, flags: &[&str]| {
+        let args = [
+            &["-w", nodes][..],
+            flags,
+            &[source.to_str().unwrap(), dest.to_str().unwrap()],
+        ]
+        .concat();
+        hosts.run(&["push"], &args)
+    };
+    // The first push on one host (the testbeds share this file system).
+    let out = push("web1", &[]);
+    assert_eq!(
+        text(&out.stdout),
+        format!(
+            "web1: pushed 1 file, 10 bytes to {}: created; sha256 verified on the host\n",
+            dest.display()
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+    let written = identity(&dest);
+    // Then on both, a second later (a rewrite would show in the seconds of the mtime):
+    // live, folded and JSON, every host unchanged and nothing rewritten.
+    std::thread::sleep(Duration::from_millis(1100));
+    let unchanged = format!(
+        "pushed 1 file, 10 bytes to {}: unchanged; nothing written\n",
+        dest.display()
+    );
+    let out = push("web[1-2]", &[]);
+    let stdout = text(&out.stdout);
+    for name in ["web1", "web2"] {
+        assert!(
+            stdout.contains(&format!("{name}: {unchanged}")),
+            "{stdout}{}",
+            text(&out.stderr)
+        );
+    }
+    assert_eq!(stdout.lines().count(), 2, "{stdout}");
+    assert_eq!(out.status.code(), Some(0));
+    let out = push("web[1-2]", &["-b"]);
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains(&format!("\nweb[1-2] (2) ok\n---------------\n{unchanged}")),
+        "{stdout}"
+    );
+    let out = push("web[1-2]", &["--json"]);
+    let pushed = records(&out);
+    for record in &pushed {
+        assert_eq!(record["status"], "ok", "{record}");
+        assert_eq!(record["changed"], false, "{record}");
+        assert_eq!(record["stdout"], unchanged.as_str(), "{record}");
+        assert_eq!(
+            record["files"],
+            serde_json::json!([{"path": dest.to_str().unwrap(), "change": "unchanged"}]),
+            "{record}"
+        );
+    }
+    assert_eq!(identity(&dest), written, "the file was rewritten");
+    // The records folded afterwards say the same.
+    let saved = hosts.path("records.json");
+    std::fs::write(&saved, &out.stdout).unwrap();
+    let folded = run(&["fold", saved.to_str().unwrap()], hosts.dir.path());
+    assert!(
+        text(&folded.stdout).contains(&format!("web[1-2] (2) ok\n---------------\n{unchanged}")),
+        "{}",
+        text(&folded.stdout)
+    );
+
+    // --mode applies to a file that exists (written once, then unchanged).
+    let out = push("web1", &["--json", "--mode", "0640"]);
+    let moded = records(&out);
+    assert_eq!(moded[0]["files"][0]["change"], "changed", "{moded:?}");
+    assert_eq!(moded[0]["changed"], true);
+    assert_eq!(mode(&dest), 0o640);
+    let out = push("web[1-2]", &["-b", "--mode", "640"]);
+    assert!(
+        text(&out.stdout).contains("web[1-2] (2) ok"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(text(&out.stdout).contains(": unchanged; nothing written"));
+    // A mode that is not one, or with --preserve: usage errors.
+    for flags in [&["--mode", "0999"][..], &["--mode", "600", "--preserve"]] {
+        let out = push("web1", flags);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{flags:?} {}",
+            text(&out.stderr)
+        );
+    }
+
+    // An owner no host has: a typed failure per host, the old file as it was.
+    let before = identity(&dest);
+    std::fs::write(&source, "listen 81\n").unwrap();
+    let out = push("web1", &["--json", "--owner", "no-such-user-swiftide"]);
+    let failed = records(&out);
+    assert_eq!(status_of(&failed, "web1"), "error");
+    assert!(
+        failed[0]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("no user named \"no-such-user-swiftide\"")),
+        "{failed:?}"
+    );
+    assert_eq!(failed[0]["files"], Value::Null);
+    assert_eq!(out.status.code(), Some(4));
+    assert_eq!(std::fs::read_to_string(&dest).unwrap(), "listen 80\n");
+    assert_eq!(identity(&dest), before);
+    let out = push("web1", &["--owner", ":no-such-group-swiftide"]);
+    assert!(
+        text(&out.stderr).contains("no group named \"no-such-group-swiftide\""),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(identity(&dest), before);
 }
 
 #[test]
@@ -1064,6 +1221,54 @@ fn become_runs_commands_and_pushes_files_as_root_on_a_nopasswd_host() {
         std::fs::read_to_string(gathered.join("web1/app.conf")).unwrap(),
         "listen 80\n"
     );
+
+    // --owner: names looked up on the host, the change made by the account the push runs
+    // as. The login account may not give a file away (the host fails, nothing is left
+    // behind); --become may, and a second push finds the file as pushed.
+    let open = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let owned = open.path().join("owned.conf");
+    let owner = format!("{BECOME_TARGET_USER}:adm");
+    let push_owned = |extra: &[&str]| {
+        let args = [
+            &["-w", "web1", "--json", "--owner", &owner, "--mode", "0600"][..],
+            extra,
+            &[source.to_str().unwrap(), owned.to_str().unwrap()],
+        ]
+        .concat();
+        hosts.run(&["push"], &args)
+    };
+    let out = push_owned(&[]);
+    let refused = records(&out);
+    assert_eq!(status_of(&refused, "web1"), "error", "{refused:?}");
+    let error = refused[0]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("sftp chown"), "{error}");
+    assert_eq!(out.status.code(), Some(4));
+    let left: Vec<_> = std::fs::read_dir(open.path()).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+    let target_uid = Command::new("id")
+        .args(["-u", BECOME_TARGET_USER])
+        .output()
+        .unwrap();
+    let target_uid: u32 = text(&target_uid.stdout).trim().parse().unwrap();
+    for change in ["created", "unchanged"] {
+        let out = push_owned(&["--become"]);
+        let pushed = records(&out);
+        assert_eq!(
+            status_of(&pushed, "web1"),
+            "ok",
+            "{pushed:?} {}",
+            text(&out.stderr)
+        );
+        assert_eq!(pushed[0]["files"][0]["change"], change, "{pushed:?}");
+        assert_eq!(pushed[0]["changed"], change != "unchanged");
+        let metadata = std::fs::metadata(&owned).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(
+            (metadata.uid(), metadata.gid(), mode(&owned)),
+            (target_uid, 4, 0o600)
+        );
+    }
 
     // A job started with --become runs as root, and is found with the same escalation.
     let id = format!("cli-become-{}", std::process::id());

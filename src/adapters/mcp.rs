@@ -80,6 +80,9 @@ use crate::{
 
 /// Files larger than this are refused by `read_file` (an MCP message carries them whole).
 pub const MAX_READ_BYTES: u64 = 10 * 1024 * 1024;
+/// `write_file` compares an existing file of the same size up to this many bytes with the
+/// new content (read back: a cost next to the write's only for small files).
+const MAX_COMPARED_BYTES: u64 = 1024 * 1024;
 /// How long `glob` and `grep` may take.
 const SEARCH_TIMEOUT: Duration = Duration::from_secs(120);
 /// `grep` shows at most this many characters of a line (then `…`).
@@ -165,7 +168,8 @@ pub struct ReadFileArgs {
 #[non_exhaustive]
 pub struct WriteFileArgs {
     /// The file: absolute, or relative to the server's working directory. Missing parent
-    /// directories are created; an existing file is replaced atomically, keeping its mode.
+    /// directories are created; an existing file is replaced atomically, keeping its mode
+    /// (one that already holds the content is left alone and reported unchanged).
     pub path: String,
     /// The new content, encoded as `encoding` says.
     pub content: String,
@@ -520,8 +524,9 @@ impl SshMcpServer {
 
     #[tool(
         description = "Write a whole file on the remote host, replacing it atomically (mode kept) \
-        and creating missing parent directories. Content is text by default; pass encoding \
-        \"base64\" for binary content."
+        and creating missing parent directories; a file that already holds the content is left \
+        alone and reported unchanged. Content is text by default; pass encoding \"base64\" \
+        for binary content."
     )]
     async fn write_file(
         &self,
@@ -832,6 +837,13 @@ impl SshMcpServer {
                 .map_err(|e| format!("`content` is not valid base64: {e}"))?,
         };
         let path = self.resolve(&args.path).await?;
+        if self.already_holds(&path, &content).await {
+            return Ok(text_result(format!(
+                "unchanged: {} already holds these {} bytes; nothing written",
+                path.display(),
+                content.len()
+            )));
+        }
         self.executor
             .write_file_bytes(&path, &content)
             .await
@@ -841,6 +853,26 @@ impl SshMcpServer {
             content.len(),
             path.display()
         )))
+    }
+
+    /// Whether `path` is a regular file holding exactly `content`: then `write_file` writes
+    /// nothing, as a push leaves a file that is already as pushed (the mode and owner a write
+    /// keeps are unchanged by definition). Only files of the same size up to
+    /// [`MAX_COMPARED_BYTES`] are read back; any failure answers no, and the write reports
+    /// what is wrong.
+    async fn already_holds(&self, path: &Path, content: &[u8]) -> bool {
+        let len = content.len() as u64;
+        if len > MAX_COMPARED_BYTES {
+            return false;
+        }
+        match self.executor.metadata(path).await {
+            Ok(metadata) if metadata.is_file() && metadata.size == len => {}
+            _ => return false,
+        }
+        self.executor
+            .read_file_bytes(path)
+            .await
+            .is_ok_and(|bytes| bytes == content)
     }
 
     async fn list_directory_inner(&self, args: ListDirectoryArgs) -> ToolResult<CallToolResult> {

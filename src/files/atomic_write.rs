@@ -134,15 +134,47 @@ impl ModeRule {
     }
 }
 
+/// Everything a write decides about a file besides its content: the permission bits, and
+/// an owner and group to give it. Without an owner or group the existing file's are kept
+/// where the server allows (best effort: a login that is not root cannot give a file away);
+/// one that is given must be applied, or the write fails and the old file stays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FileRule {
+    pub(crate) mode: ModeRule,
+    /// The owner's user id to set.
+    pub(crate) uid: Option<u32>,
+    /// The group id to set.
+    pub(crate) gid: Option<u32>,
+}
+
+impl From<ModeRule> for FileRule {
+    fn from(mode: ModeRule) -> Self {
+        FileRule {
+            mode,
+            uid: None,
+            gid: None,
+        }
+    }
+}
+
+impl FileRule {
+    /// The ids a `chown` that must succeed gives the file, `u32::MAX` (chown's `-1`) for the
+    /// one left as it is; `None` when neither is asked for.
+    pub(crate) fn required_owner(self) -> Option<(u32, u32)> {
+        (self.uid.is_some() || self.gid.is_some())
+            .then(|| (self.uid.unwrap_or(u32::MAX), self.gid.unwrap_or(u32::MAX)))
+    }
+}
+
 impl SshExecutor {
     /// The write of [`SshExecutor::write_file_bytes`] on `channel`, for a resolved `path`,
-    /// its permission bits as `mode` says.
+    /// its permission bits, owner and group as `rule` says.
     pub(crate) async fn write_atomic(
         &self,
         channel: &Arc<SftpChannel>,
         path: &Path,
         content: &[u8],
-        mode: ModeRule,
+        rule: FileRule,
     ) -> Result<()> {
         let text = sftp_path(path)?;
         // The first lstat of the target and the open of a temporary file next to it go out
@@ -158,7 +190,7 @@ impl SshExecutor {
         let target = match self.write_target(channel, text, first_lstat).await? {
             Some(target) => target,
             // A link pointing to a name SFTP cannot carry: let the shell follow it.
-            None => return exec_fallback::write_via_exec(self, path, content, mode).await,
+            None => return exec_fallback::write_via_exec(self, path, content, rule).await,
         };
         if target
             .existing
@@ -192,7 +224,13 @@ impl SshExecutor {
                     }
                 }
             }
-            Err(e) if has_status(&e, StatusCode::PermissionDenied) && target.existing.is_some() => {
+            // In place, an owner or group asked for could not be set before the content is
+            // visible: the refusal stands.
+            Err(e)
+                if has_status(&e, StatusCode::PermissionDenied)
+                    && target.existing.is_some()
+                    && rule.required_owner().is_none() =>
+            {
                 temp.armed = false;
                 return self.write_in_place(channel, &target.path, content).await;
             }
@@ -202,10 +240,26 @@ impl SshExecutor {
             }
         };
         let existing = target.existing.as_ref();
-        let mode = mode.bits(existing.and_then(|a| a.permissions));
-        let owner = existing.and_then(|a| a.uid.zip(a.gid));
+        let mode = rule.mode.bits(existing.and_then(|a| a.permissions));
+        let mut kept = existing.and_then(|a| a.uid.zip(a.gid));
+        if let Some((uid, gid)) = rule.required_owner() {
+            // The old owner first (best effort), so that the id not asked for is the old
+            // file's; then the one asked for, which must succeed: on a refusal the temporary
+            // file is removed and the old file stays.
+            if let Some((old_uid, old_gid)) = kept.take() {
+                channel.set_owner(&file.handle, old_uid, old_gid).await;
+            }
+            if let Err(error) = channel.chown(&file.handle, uid, gid).await {
+                // Removed before the error is returned, not in the background: a program
+                // that exits on the error (the command line) leaves nothing behind.
+                drop(file);
+                let _ = channel.remove(&temp.path).await;
+                temp.armed = false;
+                return Err(self.sftp_error("chown", &target.path, error));
+            }
+        }
         channel
-            .fill_and_close(file, content, mode, owner)
+            .fill_and_close(file, content, mode, kept)
             .await
             .map_err(|e| self.sftp_error("write", &target.path, e))?;
         channel

@@ -14,7 +14,7 @@ use crate::{
     error::{Error, Result, SftpStatus},
     executor::SshExecutor,
     files::{
-        ModeRule,
+        FileRule, ModeRule,
         error::{EISDIR, ELOOP, ENOENT, os_error_reason},
         own_script::{quoted_path, run_collect},
     },
@@ -168,9 +168,10 @@ pub(crate) async fn dir_names_via_exec(
 
 /// The atomic write as a script: follow symlinks, refuse directories, `cat` stdin into a
 /// private temporary file next to the target, give it the old owner and group where the
-/// script may (as root: an escalated handle), then `mode` (else the old mode, or 0644), `mv`
-/// it over. The owner before the mode: `chown` clears set-id bits.
-fn write_script(path: &Path, nonce: u64, mode: ModeRule) -> Result<Vec<u8>> {
+/// script may (as root: an escalated handle), then the owner and group `rule` asks for (which
+/// must succeed), then its mode (else the old mode, or 0644), `mv` it over. The owner before
+/// the mode: `chown` clears set-id bits.
+fn write_script(path: &Path, nonce: u64, rule: FileRule) -> Result<Vec<u8>> {
     let mut script = b"t=".to_vec();
     script.extend_from_slice(&quoted_path(path)?);
     script.push(b'\n');
@@ -197,14 +198,22 @@ tmp=${{t%/*}}/.${{t##*/}}.swiftide-{nonce:016x}.tmp
 trap 'rm -f -- "$tmp"' EXIT
 (umask 077 && exec cat > "$tmp") || exit 1
 if [ -e "$t" ]; then o=$(stat -c %u:%g -- "$t") && chown "$o" "$tmp" 2>/dev/null; fi
-{chmod}mv -f -- "$tmp" "$t" || exit 1
+{chown}{chmod}mv -f -- "$tmp" "$t" || exit 1
 "#,
-            chmod = match mode {
+            chown = match (rule.uid, rule.gid) {
+                (None, None) => String::new(),
+                (uid, gid) => format!(
+                    "chown {}{} \"$tmp\" || exit 1\n",
+                    uid.map(|u| u.to_string()).unwrap_or_default(),
+                    gid.map(|g| format!(":{g}")).unwrap_or_default()
+                ),
+            },
+            chmod = match rule.mode {
                 ModeRule::Set(bits) => format!("chmod {:o} \"$tmp\" || exit 1\n", bits & 0o7777),
                 ModeRule::Keep | ModeRule::KeepOrNew(_) => format!(
                     "if [ -e \"$t\" ]; then m=$(stat -c %a -- \"$t\") && chmod \"$m\" \"$tmp\" || exit 1\n\
                      else chmod {:o} \"$tmp\" || exit 1; fi\n",
-                    mode.bits(None) & 0o7777
+                    rule.mode.bits(None) & 0o7777
                 ),
             },
             loop = os_error_reason(ELOOP),
@@ -217,14 +226,14 @@ if [ -e "$t" ]; then o=$(stat -c %u:%g -- "$t") && chown "$o" "$tmp" 2>/dev/null
 
 /// Writes a file atomically with a shell script, the content on stdin (for paths SFTP cannot
 /// carry, and hosts without SFTP). The existing owner and group are kept where the script
-/// may set them (as root); `mode` as for [`write_atomic`](SshExecutor::write_atomic).
+/// may set them (as root); `rule` as for [`write_atomic`](SshExecutor::write_atomic).
 pub(crate) async fn write_via_exec(
     executor: &SshExecutor,
     path: &Path,
     content: &[u8],
-    mode: ModeRule,
+    rule: FileRule,
 ) -> Result<()> {
-    let script = write_script(path, rand::random(), mode)?;
+    let script = write_script(path, rand::random(), rule)?;
     run_file_script(executor, "write", path, &script, content.to_vec())
         .await
         .map(drop)
@@ -252,7 +261,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let write = |name: &str, mode: ModeRule| {
             let path = dir.path().join(name);
-            let script = write_script(&path, 7, mode).unwrap();
+            let script = write_script(&path, 7, mode.into()).unwrap();
             let mut child = std::process::Command::new("sh")
                 .arg("-c")
                 .arg(std::str::from_utf8(&script).unwrap())
@@ -281,5 +290,54 @@ mod tests {
             assert_eq!(write("fresh", rule), new, "{rule:?}");
             assert_eq!(rule.bits(None), new, "{rule:?}");
         }
+    }
+
+    /// An owner or group the rule asks for is set by the shell write (here the group this
+    /// process already has, which any account may set), and one that cannot be set fails
+    /// the write and leaves the old file.
+    #[test]
+    fn the_shell_write_sets_the_group_asked_for_or_fails() {
+        use std::{io::Write, os::unix::fs::MetadataExt};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("file");
+        std::fs::write(&path, "old").unwrap();
+        let gid = std::fs::metadata(&path).unwrap().gid();
+        let write = |rule: FileRule| {
+            let script = write_script(&path, 9, rule).unwrap();
+            let mut child = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(std::str::from_utf8(&script).unwrap())
+                .stdin(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+            child.stdin.take().unwrap().write_all(b"new").unwrap();
+            child.wait().unwrap().success()
+        };
+        let group = FileRule {
+            gid: Some(gid),
+            ..ModeRule::Keep.into()
+        };
+        assert!(write(group));
+        assert_eq!(std::fs::read(&path).unwrap(), b"new");
+        assert_eq!(std::fs::metadata(&path).unwrap().gid(), gid);
+        // A group no account is in (root may give any, so only a non-root run checks this).
+        std::fs::write(&path, "old").unwrap();
+        let refused = FileRule {
+            gid: Some(u32::MAX - 1),
+            ..ModeRule::Keep.into()
+        };
+        if std::fs::metadata("/proc/self")
+            .map(|m| m.uid())
+            .unwrap_or(0)
+            != 0
+        {
+            assert!(!write(refused));
+            assert_eq!(std::fs::read(&path).unwrap(), b"old");
+        }
+        assert!(
+            std::fs::read_dir(dir.path()).unwrap().count() == 1,
+            "a temporary file was left"
+        );
     }
 }

@@ -14,7 +14,7 @@ mod remote_fs;
 mod sftp;
 mod stream_files;
 
-pub(crate) use atomic_write::ModeRule;
+pub(crate) use atomic_write::{FileRule, ModeRule};
 /// For jobs, fleet copies (the remote checksums) and the tools' remote search.
 pub(crate) use own_script::{Collected, quoted_path, run_collect};
 /// For the tools' remote search.

@@ -22,7 +22,7 @@ use crate::{
     error::{Error, Result, SftpStatus},
     executor::SshExecutor,
     files::{
-        ModeRule,
+        FileRule, ModeRule,
         error::{EISDIR, ENOTDIR},
         exec_fallback,
         sftp::{SftpChannel, has_status},
@@ -367,40 +367,40 @@ impl SshExecutor {
         err(level = "debug")
     )]
     pub(crate) async fn write_resolved(&self, path: &Path, content: &[u8]) -> Result<()> {
-        self.write_resolved_mode(path, content, ModeRule::Keep)
+        self.write_resolved_with(path, content, ModeRule::Keep.into())
             .await
     }
 
-    /// [`write_resolved`](Self::write_resolved) with the file's permission bits as `mode`
-    /// says (see [`ModeRule`]), for fleet pushes. The in-place fallback (a directory that
-    /// refuses the temporary file) keeps the old mode.
-    pub(crate) async fn write_resolved_mode(
+    /// [`write_resolved`](Self::write_resolved) with the file's permission bits, owner and
+    /// group as `rule` says (see [`FileRule`]), for fleet pushes. The in-place fallback (a
+    /// directory that refuses the temporary file) keeps the old mode and owner.
+    pub(crate) async fn write_resolved_with(
         &self,
         path: &Path,
         content: &[u8],
-        mode: ModeRule,
+        rule: FileRule,
     ) -> Result<()> {
         let mut audit = self.audit_path("write_file", path, None)?;
         audit.note(|record| record.content = Some(Digested::of(content)));
-        let result = self.write_unaudited(path, content, mode).await;
+        let result = self.write_unaudited(path, content, rule).await;
         audit.end_with(&result);
         result
     }
 
-    /// [`write_resolved_mode`](Self::write_resolved_mode) without its audit record.
-    async fn write_unaudited(&self, path: &Path, content: &[u8], mode: ModeRule) -> Result<()> {
+    /// [`write_resolved_with`](Self::write_resolved_with) without its audit record.
+    async fn write_unaudited(&self, path: &Path, content: &[u8], rule: FileRule) -> Result<()> {
         if path.to_str().is_none() {
-            return exec_fallback::write_via_exec(self, path, content, mode).await;
+            return exec_fallback::write_via_exec(self, path, content, rule).await;
         }
         sftp_path(path)?;
         let result = self
             .with_sftp(Retry::Idempotent, |channel| async move {
-                self.write_atomic(&channel, path, content, mode).await
+                self.write_atomic(&channel, path, content, rule).await
             })
             .await;
         match result {
             Err(Error::SftpUnavailable { .. }) => {
-                exec_fallback::write_via_exec(self, path, content, mode).await
+                exec_fallback::write_via_exec(self, path, content, rule).await
             }
             other => other,
         }

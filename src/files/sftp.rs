@@ -741,12 +741,18 @@ impl SftpChannel {
     /// Best effort: gives the file the old file's owner (works as root, or for a group the
     /// user belongs to).
     pub(crate) async fn set_owner(&self, handle: &str, uid: u32, gid: u32) {
+        let _ = self.chown(handle, uid, gid).await;
+    }
+
+    /// Sets the file's owner and group (`u32::MAX`, chown's `-1`, leaves that id as it is:
+    /// OpenSSH's sftp-server hands both to `fchown`).
+    pub(crate) async fn chown(&self, handle: &str, uid: u32, gid: u32) -> Result<(), SftpError> {
         let attrs = FileAttributes {
             uid: Some(uid),
             gid: Some(gid),
             ..FileAttributes::empty()
         };
-        let _ = self.raw.fsetstat(handle, attrs).await;
+        self.raw.fsetstat(handle, attrs).await.map(drop)
     }
 
     /// `mkdir` with `mode` (less the server's umask); `None` leaves it to the server (0777

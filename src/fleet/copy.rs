@@ -5,10 +5,12 @@
 //!
 //! Both go through the executor's SFTP file layer: each remote file is written atomically
 //! (a temporary file renamed over the target, see
-//! [`write_file_bytes`](crate::SshExecutor::write_file_bytes)) with the source's permission
-//! bits, and every copied file's SHA-256 is checked after the copy. The results are a
-//! [`FleetReport`] like a command's, so batches, thresholds, retries, records, folding and
-//! the exit-code policy are the same.
+//! [`write_file_bytes`](crate::SshExecutor::write_file_bytes)) with the permission bits,
+//! owner and group [`PushOptions`] say, and every copied file's SHA-256 is checked after
+//! the copy. A file that already has the content and attributes a push would give it is
+//! not written at all ([`FileChange::Unchanged`]). The results are a [`FleetReport`] like a
+//! command's, so batches, thresholds, retries, records, folding and the exit-code policy
+//! are the same.
 
 use std::{
     collections::BTreeMap,
@@ -20,21 +22,35 @@ use data_encoding::HEXLOWER;
 use futures::{StreamExt, TryStreamExt};
 use sha2::{Digest, Sha256};
 
-use super::{Fleet, FleetEvent, FleetReport, each::summary_execution};
+use super::{
+    Fleet, FleetEvent, FleetReport,
+    each::{Attempted, summary_execution},
+};
 use crate::{
-    command::{Execution, ExitStatus},
-    error::{Error, Result, SftpStatus},
+    command::{Execution, ExitStatus, quote},
+    error::{AccountKind, Error, Result, SftpStatus},
     executor::SshExecutor,
-    files::{ModeRule, quoted_path},
+    files::{FileMetadata, FileRule, ModeRule, quoted_path},
 };
 
 /// Files written or read at once on one host.
 const FILES_IN_FLIGHT: usize = 8;
 
+/// Stats sent at once on one host before a push (small requests: the SFTP channel carries
+/// many without waiting for each answer).
+const STATS_IN_FLIGHT: usize = 64;
+
 /// The exit code of the digest script on a host with neither `sha256sum` nor `shasum`.
 const NO_DIGEST_TOOL: u32 = 127;
 
-/// How a [`Fleet::push_with`] treats the files it writes.
+/// How a [`Fleet::push_with`] treats the files it writes: their permission bits, owner and
+/// group (Ansible copy's `mode`, `owner` and `group`). A file that already has the content
+/// and the attributes the push would give it is left alone and reported
+/// [`FileChange::Unchanged`].
+///
+/// They apply to the files only: a directory the push creates gets the server's default
+/// mode and belongs to the account the push runs as (the login user, or the become user of
+/// an escalated fleet); an existing directory is left as it is.
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct PushOptions {
@@ -42,6 +58,18 @@ pub struct PushOptions {
     /// and clush's `-p`, `swiftide-ssh push --preserve`). Defaults to false: an existing file
     /// keeps its bits, a new one gets the local file's.
     pub local_modes: bool,
+    /// The permission bits of every pushed file, new or existing (`swiftide-ssh push --mode
+    /// 0640`); over [`local_modes`](Self::local_modes). Defaults to `None`: as
+    /// `local_modes` says.
+    pub mode: Option<u32>,
+    /// The owner of every pushed file: a user name, looked up on each host (names differ
+    /// between hosts), or a numeric user id. Defaults to `None`: an existing file keeps its
+    /// owner (where the server allows), a new one belongs to the account the push runs as.
+    pub owner: Option<String>,
+    /// The group of every pushed file: a group name, looked up on each host, or a numeric
+    /// group id. Defaults to `None`: an existing file keeps its group (where the server
+    /// allows), a new one gets the server's default.
+    pub group: Option<String>,
 }
 
 impl PushOptions {
@@ -51,13 +79,270 @@ impl PushOptions {
         self
     }
 
-    /// The bits a pushed file whose local bits are `local` gets.
-    fn mode_rule(&self, local: u32) -> ModeRule {
-        if self.local_modes {
-            ModeRule::Set(local)
-        } else {
-            ModeRule::KeepOrNew(local)
+    /// Gives every pushed file the permission bits `mode` (`0o640`; at most `0o7777`), over
+    /// [`local_modes`](Self::local_modes). Defaults to `None`: an existing file keeps its
+    /// bits, a new one gets the local file's.
+    pub fn mode(mut self, mode: u32) -> Self {
+        self.mode = Some(mode);
+        self
+    }
+
+    /// Gives every pushed file the owner `owner`: a user name, resolved on each host with
+    /// `id -u` before anything is written there, or a numeric uid. Setting an owner needs
+    /// the right to (root, usually through [`Become`](crate::Become): the change is made by
+    /// the account the push runs as). A host without the user fails with
+    /// [`Error::UnknownAccount`]; one that refuses the change fails with [`Error::Sftp`];
+    /// either way the file there keeps its old content. Defaults to `None`: an existing file
+    /// keeps its owner, a new one belongs to the account the push runs as.
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = Some(owner.into());
+        self
+    }
+
+    /// Gives every pushed file the group `group`: a group name, resolved on each host with
+    /// `getent group` (or `/etc/group` without getent) before anything is written there, or
+    /// a numeric gid. Failures as for [`owner`](Self::owner). Defaults to `None`: an
+    /// existing file keeps its group, a new one gets the server's default.
+    pub fn group(mut self, group: impl Into<String>) -> Self {
+        self.group = Some(group.into());
+        self
+    }
+
+    /// Refuses a mode over `0o7777` and names that could not be a user or group.
+    fn check(&self) -> Result<(Option<Account>, Option<Account>)> {
+        if let Some(mode) = self.mode.filter(|m| *m > 0o7777) {
+            return Err(Error::InvalidInput {
+                reason: format!("push mode {mode:o} is over 7777"),
+            });
         }
+        let owner = self.owner.as_deref().map(Account::parse).transpose()?;
+        let group = self.group.as_deref().map(Account::parse).transpose()?;
+        Ok((owner, group))
+    }
+
+    /// What a pushed file whose local bits are `local` gets on a host where the owner and
+    /// group resolved to `ids`.
+    fn file_rule(&self, local: u32, ids: Ids) -> FileRule {
+        let mode = match self.mode {
+            Some(mode) => ModeRule::Set(mode),
+            None if self.local_modes => ModeRule::Set(local),
+            None => ModeRule::KeepOrNew(local),
+        };
+        FileRule {
+            mode,
+            uid: ids.uid,
+            gid: ids.gid,
+        }
+    }
+}
+
+/// An owner or group as given: a numeric id, used as it is, or a name to look up on each
+/// host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Account {
+    Id(u32),
+    Name(String),
+}
+
+impl Account {
+    /// All digits: an id (below `u32::MAX`, chown's "leave as is"); otherwise a name made of
+    /// the portable characters of POSIX user names (letters, digits, `.`, `_`, `-` but not
+    /// first), plus `@` and a final `$` some directories use. Nothing else is sent to a
+    /// host's shell.
+    fn parse(text: &str) -> Result<Self> {
+        let invalid = |why: &str| Error::InvalidInput {
+            reason: format!("{text:?} is not a user or group name: {why}"),
+        };
+        if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+            return match text.parse::<u32>() {
+                Ok(id) if id < u32::MAX => Ok(Account::Id(id)),
+                _ => Err(invalid("the id is too large")),
+            };
+        }
+        let body = text.strip_suffix('$').unwrap_or(text);
+        if body.is_empty() || body.len() > 256 {
+            return Err(invalid("empty or too long"));
+        }
+        if body.starts_with('-') {
+            return Err(invalid("it starts with `-`"));
+        }
+        if !body
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'@'))
+        {
+            return Err(invalid(
+                "only letters, digits, `.`, `_`, `-`, `@` and a final `$` are accepted",
+            ));
+        }
+        Ok(Account::Name(text.to_owned()))
+    }
+}
+
+/// An owner and group as ids on one host.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Ids {
+    uid: Option<u32>,
+    gid: Option<u32>,
+}
+
+/// The exit code of the lookup script when the user does not exist on the host.
+const NO_SUCH_USER: u32 = 3;
+/// The exit code of the lookup script when the group does not exist on the host.
+const NO_SUCH_GROUP: u32 = 4;
+
+/// The script that prints `user <uid>` and `group <gid>` for the names given.
+fn lookup_script(user: Option<&str>, group: Option<&str>) -> Vec<u8> {
+    let mut script = Vec::new();
+    if let Some(user) = user {
+        script.extend_from_slice(b"u=$(id -u ");
+        script.extend_from_slice(&quote(user.as_bytes()));
+        script.extend_from_slice(
+            format!(" 2>/dev/null) || exit {NO_SUCH_USER}\nprintf 'user %s\\n' \"$u\"\n")
+                .as_bytes(),
+        );
+    }
+    if let Some(group) = group {
+        let name = quote(group.as_bytes());
+        script.extend_from_slice(b"n=");
+        script.extend_from_slice(&name);
+        // getent asks every source nsswitch knows (LDAP, sssd); without it, /etc/group.
+        script.extend_from_slice(
+            format!(
+                "\nif command -v getent >/dev/null 2>&1; then l=$(getent group \"$n\")\n\
+                 else l=$(awk -F: -v n=\"$n\" '$1 == n {{ print; exit }}' /etc/group); fi\n\
+                 g=${{l#*:*:}}; g=${{g%%:*}}\n\
+                 case $g in ''|*[!0-9]*) exit {NO_SUCH_GROUP} ;; esac\n\
+                 printf 'group %s\\n' \"$g\"\n"
+            )
+            .as_bytes(),
+        );
+    }
+    script
+}
+
+/// The owner and group of `options` as ids on this host: numeric ones as they are, names
+/// looked up there (one exec, and only when a name is given).
+async fn resolve_ids(
+    executor: &SshExecutor,
+    owner: Option<&Account>,
+    group: Option<&Account>,
+) -> Result<Ids> {
+    let mut ids = Ids::default();
+    let name = |account: Option<&Account>| match account {
+        Some(Account::Name(name)) => Some(name.clone()),
+        _ => None,
+    };
+    if let Some(Account::Id(uid)) = owner {
+        ids.uid = Some(*uid);
+    }
+    if let Some(Account::Id(gid)) = group {
+        ids.gid = Some(*gid);
+    }
+    let (user_name, group_name) = (name(owner), name(group));
+    if user_name.is_none() && group_name.is_none() {
+        return Ok(ids);
+    }
+    let script = lookup_script(user_name.as_deref(), group_name.as_deref());
+    let (status, out) = crate::files::run_collect(executor, &script, Vec::new()).await?;
+    let unknown = |kind, name: Option<String>| Error::UnknownAccount {
+        host: executor.host().to_owned(),
+        kind,
+        name: name.unwrap_or_default(),
+    };
+    match status {
+        ExitStatus::Code(0) => {}
+        ExitStatus::Code(NO_SUCH_USER) => return Err(unknown(AccountKind::User, user_name)),
+        ExitStatus::Code(NO_SUCH_GROUP) => return Err(unknown(AccountKind::Group, group_name)),
+        other => {
+            return Err(Error::InvalidInput {
+                reason: format!(
+                    "looking up the push's owner and group on {} failed ({other:?}): {}",
+                    executor.host(),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ),
+            });
+        }
+    }
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        match line.split_once(' ') {
+            Some(("user", id)) => ids.uid = id.trim().parse().ok(),
+            Some(("group", id)) => ids.gid = id.trim().parse().ok(),
+            _ => {}
+        }
+    }
+    if user_name.is_some() && ids.uid.is_none() {
+        return Err(unknown(AccountKind::User, user_name));
+    }
+    if group_name.is_some() && ids.gid.is_none() {
+        return Err(unknown(AccountKind::Group, group_name));
+    }
+    Ok(ids)
+}
+
+/// What a push did to one file on one host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FileChange {
+    /// There was no file: it was written.
+    Created,
+    /// Its content (SHA-256), owner, group or mode differed: it was written (replaced
+    /// atomically).
+    Changed,
+    /// It already had the content, owner, group and mode the push would give it: nothing
+    /// was written (its inode and modification time are as they were). Ansible's "ok",
+    /// pyinfra's "No change".
+    Unchanged,
+}
+
+impl FileChange {
+    /// The change in one word (`created`, `changed`, `unchanged`), as summaries and JSON
+    /// records carry it. These words do not change.
+    pub fn word(self) -> &'static str {
+        match self {
+            FileChange::Created => "created",
+            FileChange::Changed => "changed",
+            FileChange::Unchanged => "unchanged",
+        }
+    }
+}
+
+impl std::fmt::Display for FileChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.word())
+    }
+}
+
+/// One file of a push on one host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PushedFile {
+    /// The remote path written (or left alone).
+    pub path: PathBuf,
+    /// What the push did to it.
+    pub change: FileChange,
+}
+
+/// What a push did on one host ([`HostResult::pushed`](super::HostResult::pushed)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PushedFiles {
+    /// Where the push landed: the file, or the directory the tree was copied into.
+    pub root: PathBuf,
+    /// Every file of the push, in the source's order: a directory's files by name, then
+    /// its subdirectories' (depth first, by name).
+    pub files: Vec<PushedFile>,
+}
+
+impl PushedFiles {
+    /// How many files the push did `change` to.
+    pub fn count(&self, change: FileChange) -> usize {
+        self.files.iter().filter(|f| f.change == change).count()
+    }
+
+    /// `true` when a file was written (Ansible's `changed`); `false` when every file was
+    /// [`Unchanged`](FileChange::Unchanged).
+    pub fn changed(&self) -> bool {
+        self.files.iter().any(|f| f.change != FileChange::Unchanged)
     }
 }
 
@@ -274,67 +559,199 @@ async fn push_root(executor: &SshExecutor, source: &PushSource, dest: &Path) -> 
     }
 }
 
+/// One file of a push on one host: where it goes, the attributes it gets, and what the push
+/// does to it (`None` until its content is compared).
+struct Plan<'a> {
+    file: &'a SourceFile,
+    target: PathBuf,
+    rule: FileRule,
+    change: Option<FileChange>,
+}
+
+/// Whether a file that is there already has the bits, owner and group `rule` gives it.
+fn attributes_match(metadata: &FileMetadata, rule: FileRule) -> bool {
+    let bits = metadata.permissions & 0o7777;
+    rule.mode.bits(Some(bits)) & 0o7777 == bits
+        && rule.uid.is_none_or(|uid| metadata.uid == Some(uid))
+        && rule.gid.is_none_or(|gid| metadata.gid == Some(gid))
+}
+
+/// The SHA-256 of each remote file, and how it was computed: on the host, or by reading the
+/// files back over SFTP when the host has neither `sha256sum` nor `shasum`.
+async fn digests_of(
+    executor: &SshExecutor,
+    paths: &[PathBuf],
+) -> Result<(Vec<String>, &'static str)> {
+    if let Some(digests) = remote_digests(executor, paths).await? {
+        return Ok((digests, "sha256 verified on the host"));
+    }
+    let read_back = futures::stream::iter(paths.iter())
+        .map(|path| executor.read_unaudited(path))
+        .buffered(FILES_IN_FLIGHT)
+        .try_collect::<Vec<Vec<u8>>>()
+        .await?;
+    let digests = read_back.iter().map(|bytes| sha256_hex(bytes)).collect();
+    Ok((
+        digests,
+        "sha256 verified by reading back (no sha256sum or shasum on the host)",
+    ))
+}
+
+/// A relative path on one line of a summary: control characters (a newline in a name)
+/// escaped.
+fn one_line(path: &Path) -> String {
+    path.to_string_lossy()
+        .chars()
+        .flat_map(|c| {
+            let escaped: Vec<char> = if c.is_control() {
+                c.escape_default().collect()
+            } else {
+                vec![c]
+            };
+            escaped
+        })
+        .collect()
+}
+
+/// A host's summary: `pushed <count> to <root>: <changes>; <check>`, then, for a directory
+/// whose files did not all fare alike, one `<change> <relative path>` line per file. Hosts
+/// that fared alike get the same text, so folding gathers them.
+fn push_summary(source: &PushSource, root: &Path, files: &[PushedFile], how: &str) -> String {
+    let counts: Vec<(usize, FileChange)> = [
+        FileChange::Created,
+        FileChange::Changed,
+        FileChange::Unchanged,
+    ]
+    .into_iter()
+    .map(|change| (files.iter().filter(|f| f.change == change).count(), change))
+    .filter(|(n, _)| *n > 0)
+    .collect();
+    let words = match counts.as_slice() {
+        [(1, change)] => change.word().to_owned(),
+        _ => counts
+            .iter()
+            .map(|(n, change)| format!("{n} {change}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    };
+    let mut text = format!(
+        "pushed {} to {}: {words}; {how}\n",
+        source.count(),
+        root.display()
+    );
+    if counts.len() > 1 {
+        for (file, pushed) in source.files.iter().zip(files) {
+            let relative = one_line(&file.relative);
+            text.push_str(&format!("{:<9} {relative}\n", pushed.change.word()));
+        }
+    }
+    text
+}
+
 async fn push_one(
     executor: &SshExecutor,
     source: &PushSource,
     dest: &Path,
     options: &PushOptions,
-) -> Result<Execution> {
+    accounts: &(Option<Account>, Option<Account>),
+) -> Result<Attempted> {
     let root = push_root(executor, source, dest).await?;
+    // Names first: a host without the owner or group fails before anything is written.
+    let ids = resolve_ids(executor, accounts.0.as_ref(), accounts.1.as_ref()).await?;
     if source.is_dir {
         executor.create_dir_all(&root).await?;
         for dir in &source.dirs {
             executor.create_dir_all(&root.join(dir)).await?;
         }
     }
-    let targets: Vec<PathBuf> = source
-        .files
-        .iter()
+    // Every file with where it goes, what it gets and what is there now (a stat per file,
+    // many in flight on the one SFTP channel).
+    let mut plans: Vec<Plan<'_>> = futures::stream::iter(source.files.iter())
         .map(|file| {
-            if file.relative.as_os_str().is_empty() {
+            let target = if file.relative.as_os_str().is_empty() {
                 root.clone()
             } else {
                 root.join(&file.relative)
+            };
+            let rule = options.file_rule(file.mode, ids);
+            async move {
+                let change = match executor.metadata(&target).await {
+                    Ok(metadata)
+                        if metadata.is_file()
+                            && metadata.size == file.content.len() as u64
+                            && attributes_match(&metadata, rule) =>
+                    {
+                        // It looks alike: its content decides.
+                        None
+                    }
+                    Err(Error::Sftp {
+                        status: Some(SftpStatus::NoSuchFile),
+                        ..
+                    }) => Some(FileChange::Created),
+                    // Different, or not known (a permission problem, no SFTP): written, and
+                    // the write reports what is wrong.
+                    _ => Some(FileChange::Changed),
+                };
+                Plan {
+                    file,
+                    target,
+                    rule,
+                    change,
+                }
             }
         })
+        .buffered(STATS_IN_FLIGHT)
+        .collect()
+        .await;
+    let alike: Vec<PathBuf> = plans
+        .iter()
+        .filter(|plan| plan.change.is_none())
+        .map(|plan| plan.target.clone())
         .collect();
-    futures::stream::iter(source.files.iter().zip(&targets))
-        .map(|(file, target)| {
-            executor.write_resolved_mode(target, &file.content, options.mode_rule(file.mode))
-        })
+    if !alike.is_empty() {
+        let (digests, _) = digests_of(executor, &alike).await?;
+        let mut digests = digests.iter();
+        for plan in plans.iter_mut().filter(|plan| plan.change.is_none()) {
+            plan.change = Some(if digests.next() == Some(&plan.file.sha256) {
+                FileChange::Unchanged
+            } else {
+                FileChange::Changed
+            });
+        }
+    }
+    let written: Vec<&Plan<'_>> = plans
+        .iter()
+        .filter(|plan| plan.change != Some(FileChange::Unchanged))
+        .collect();
+    futures::stream::iter(written.iter())
+        .map(|plan| executor.write_resolved_with(&plan.target, &plan.file.content, plan.rule))
         .buffer_unordered(FILES_IN_FLIGHT)
         .try_collect::<Vec<()>>()
         .await?;
-    let how = match remote_digests(executor, &targets).await? {
-        Some(digests) => {
-            for ((file, target), actual) in source.files.iter().zip(&targets).zip(&digests) {
-                if &file.sha256 != actual {
-                    return Err(mismatch(executor, target, &file.sha256, actual));
-                }
+    let how = if written.is_empty() {
+        "nothing written"
+    } else {
+        let paths: Vec<PathBuf> = written.iter().map(|plan| plan.target.clone()).collect();
+        let (digests, how) = digests_of(executor, &paths).await?;
+        for (plan, actual) in written.iter().zip(&digests) {
+            if &plan.file.sha256 != actual {
+                return Err(mismatch(executor, &plan.target, &plan.file.sha256, actual));
             }
-            "sha256 verified on the host"
         }
-        None => {
-            // No sha256sum or shasum (or no exec at all): read every file back over SFTP.
-            let read_back = futures::stream::iter(targets.iter())
-                .map(|target| executor.read_unaudited(target))
-                .buffered(FILES_IN_FLIGHT)
-                .try_collect::<Vec<Vec<u8>>>()
-                .await?;
-            for ((file, target), bytes) in source.files.iter().zip(&targets).zip(&read_back) {
-                let actual = sha256_hex(bytes);
-                if file.sha256 != actual {
-                    return Err(mismatch(executor, target, &file.sha256, &actual));
-                }
-            }
-            "sha256 verified by reading back (no sha256sum or shasum on the host)"
-        }
+        how
     };
-    Ok(summary_execution(
-        executor.host(),
-        ExitStatus::Code(0),
-        format!("pushed {} to {}; {how}\n", source.count(), root.display()),
-    ))
+    let files: Vec<PushedFile> = plans
+        .into_iter()
+        .map(|plan| PushedFile {
+            path: plan.target,
+            change: plan.change.unwrap_or(FileChange::Changed),
+        })
+        .collect();
+    let summary = push_summary(source, &root, &files, how);
+    Ok(Attempted {
+        execution: summary_execution(executor.host(), ExitStatus::Code(0), summary),
+        pushed: Some(PushedFiles { root, files }),
+    })
 }
 
 /// A host's name as one local directory name: `/` and NUL replaced, `.` and `..` and the
@@ -537,22 +954,32 @@ impl Fleet {
     /// temporary file next to it renamed over it: a reader sees the old content or the new,
     /// never a mix). A file that exists keeps its owner, group and permission bits, as
     /// `install`, scp and Ansible's copy keep them (a secret pushed over a `0640` file stays
-    /// `0640`); a new file gets the local file's bits ([`PushOptions::local_modes`] applies
-    /// them to existing files too). Missing directories are created
-    /// (with the server's default mode), and afterwards every file's SHA-256 is computed on
-    /// the host with `sha256sum` (or `shasum -a 256`) and compared with the source's. A host
-    /// with neither tool has every file read back over SFTP and compared instead; the host's
-    /// summary line says which check ran. Symlinks to files are followed; symlinked
-    /// directories and special files are not copied (the summary counts them).
+    /// `0640`); a new file gets the local file's bits ([`push_with`](Self::push_with) sets
+    /// them, or the owner and group, on every file: [`PushOptions`]). Missing directories
+    /// are created (with the server's default mode).
+    ///
+    /// A file that is already there with the same size, the same attributes and the same
+    /// SHA-256 (computed on the host) is left alone: nothing is written, its inode and
+    /// modification time stay, and it is reported [`FileChange::Unchanged`]. The others are
+    /// written, and afterwards their SHA-256 is computed on the host with `sha256sum` (or
+    /// `shasum -a 256`) and compared with the source's. A host with neither tool has the
+    /// files read back over SFTP and compared instead; the host's summary line says which
+    /// check ran. Symlinks to files are followed; symlinked directories and special files
+    /// are not copied (the summary counts them).
     ///
     /// Every host gets its own result: a host's failure does not stop the others, and
     /// batches, thresholds, fail-fast, retries of unreachable hosts and the per-host
-    /// deadline apply as for [`run`](Self::run). A host's output is one summary line
-    /// (`pushed 3 files, 1234 bytes to /etc/app; sha256 verified on the host`); a digest
-    /// that differs fails the host with [`Error::ChecksumMismatch`].
+    /// deadline apply as for [`run`](Self::run). What was done to each file is in the
+    /// host's [`HostResult::pushed`](super::HostResult::pushed). A host's output is a summary
+    /// line (`pushed 3 files, 1234 bytes to /etc/app: 1 changed, 2 unchanged; sha256
+    /// verified on the host`, or for one file `...: unchanged; nothing written`), followed,
+    /// when a tree's files did not all fare alike, by one `<change> <relative path>` line
+    /// per file; a digest that differs after the copy fails the host with
+    /// [`Error::ChecksumMismatch`].
     ///
     /// # Errors
-    /// [`Error::LocalFile`] when `source` cannot be read (no host is started).
+    /// [`Error::LocalFile`] when `source` cannot be read, [`Error::InvalidInput`] for a mode
+    /// over `0o7777` or an owner or group that cannot be a name (no host is started).
     ///
     /// # Cancel safety
     /// Dropping the future stops between files: every file is either its old content or the
@@ -567,7 +994,12 @@ impl Fleet {
             .await
     }
 
-    /// [`push`](Self::push) with `options`.
+    /// [`push`](Self::push) with `options`: the local modes, or a mode, an owner and a
+    /// group for every file (see [`PushOptions`]). Owner and group names are looked up on
+    /// each host before anything is written there; a host without one fails with
+    /// [`Error::UnknownAccount`], and a host that refuses the change (a login that is not
+    /// root, without [`Become`](crate::Become)) with [`Error::Sftp`]: either way its files
+    /// keep their old content.
     ///
     /// # Errors
     /// As [`push`](Self::push).
@@ -581,6 +1013,7 @@ impl Fleet {
         options: &PushOptions,
         on_event: impl FnMut(FleetEvent<'_>),
     ) -> Result<FleetReport> {
+        let accounts = options.check()?;
         let path = source.to_owned();
         let source = tokio::task::spawn_blocking(move || PushSource::read(&path))
             .await
@@ -588,11 +1021,12 @@ impl Fleet {
                 reason: format!("reading the push source failed: {e}"),
             })??;
         let source = Arc::new(source);
+        let accounts = &accounts;
         let report = self
             .run_each(
                 |_, executor| {
                     let source = source.clone();
-                    async move { push_one(executor, &source, dest, options).await }
+                    async move { push_one(executor, &source, dest, options, accounts).await }
                 },
                 on_event,
             )
@@ -635,7 +1069,102 @@ impl Fleet {
 
 #[cfg(test)]
 mod tests {
-    use super::local_dir_name;
+    use super::*;
+
+    #[test]
+    fn owners_are_ids_or_portable_names() {
+        assert_eq!(Account::parse("1000").ok(), Some(Account::Id(1000)));
+        assert_eq!(
+            Account::parse("www-data").ok(),
+            Some(Account::Name("www-data".into()))
+        );
+        assert_eq!(
+            Account::parse("host$").ok(),
+            Some(Account::Name("host$".into()))
+        );
+        for bad in ["", "-rf", "a b", "x;y", "$(id)", "4294967295", "a$b"] {
+            assert!(Account::parse(bad).is_err(), "{bad:?}");
+        }
+        let options = PushOptions::default().mode(0o10000);
+        assert!(matches!(options.check(), Err(Error::InvalidInput { .. })));
+    }
+
+    /// The lookup script, run here with `sh` as a host runs it: known names give ids, an
+    /// unknown user or group its own exit code.
+    #[test]
+    fn the_lookup_script_resolves_names_and_tells_unknown_ones() {
+        let run = |user: Option<&str>, group: Option<&str>| {
+            let script = lookup_script(user, group);
+            let out = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(String::from_utf8_lossy(&script).as_ref())
+                .output()
+                .unwrap_or_else(|e| unreachable!("sh: {e}"));
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+            )
+        };
+        assert_eq!(
+            run(Some("root"), Some("root")),
+            (Some(0), "user 0\ngroup 0\n".to_owned())
+        );
+        assert_eq!(
+            run(Some("no-such-user-swiftide"), None).0,
+            Some(NO_SUCH_USER as i32)
+        );
+        assert_eq!(
+            run(None, Some("no-such-group-swiftide")).0,
+            Some(NO_SUCH_GROUP as i32)
+        );
+    }
+
+    #[test]
+    fn summaries_say_what_each_file_became_when_they_differ() {
+        let file = |name: &str| SourceFile {
+            relative: PathBuf::from(name),
+            content: b"x".to_vec(),
+            mode: 0o644,
+            sha256: String::new(),
+        };
+        let source = PushSource {
+            name: "app".into(),
+            is_dir: true,
+            dirs: Vec::new(),
+            files: vec![file("a"), file("new\nline")],
+            bytes: 2,
+            skipped: 0,
+        };
+        let pushed = |changes: [FileChange; 2]| -> Vec<PushedFile> {
+            changes
+                .into_iter()
+                .map(|change| PushedFile {
+                    path: PathBuf::new(),
+                    change,
+                })
+                .collect()
+        };
+        let root = Path::new("/srv/app");
+        assert_eq!(
+            push_summary(
+                &source,
+                root,
+                &pushed([FileChange::Unchanged; 2]),
+                "nothing written"
+            ),
+            "pushed 2 files, 2 bytes to /srv/app: 2 unchanged; nothing written\n"
+        );
+        assert_eq!(
+            push_summary(
+                &source,
+                root,
+                &pushed([FileChange::Changed, FileChange::Unchanged]),
+                "sha256 verified on the host"
+            ),
+            "pushed 2 files, 2 bytes to /srv/app: 1 changed, 1 unchanged; sha256 verified on \
+             the host\nchanged   a\nunchanged new\\nline\n"
+        );
+    }
 
     #[test]
     fn host_names_make_safe_directory_names() {

@@ -18,7 +18,10 @@ use std::{
 use futures::StreamExt;
 use tokio::sync::mpsc;
 
-use super::{Fleet, FleetEvent, FleetReport, HostResult, Message, backoff, status::HostStatus};
+use super::{
+    Fleet, FleetEvent, FleetReport, HostResult, Message, backoff, copy::PushedFiles,
+    status::HostStatus,
+};
 use crate::{
     command::{Execution, ExitStatus, OutputChunk},
     config::limit,
@@ -26,6 +29,22 @@ use crate::{
     executor::SshExecutor,
     pool::fleet_attempt,
 };
+
+/// One attempt's outcome on a host: the execution, and for a push what it did to each file
+/// (the typed side of its summary, carried into [`HostResult::pushed`]).
+pub(crate) struct Attempted {
+    pub(crate) execution: Execution,
+    pub(crate) pushed: Option<PushedFiles>,
+}
+
+impl From<Execution> for Attempted {
+    fn from(execution: Execution) -> Self {
+        Attempted {
+            execution,
+            pushed: None,
+        }
+    }
+}
 
 /// An operation's result with `status` and `summary` as its standard output.
 pub(crate) fn summary_execution(host: &str, status: ExitStatus, summary: String) -> Execution {
@@ -49,14 +68,15 @@ impl Fleet {
     /// failure is attempted again when the fleet retries), bounded by the per-host deadline
     /// (a host over it is reported as [`ExitStatus::TimedOut`]). No `Output` events: the
     /// operation's summary comes with `Finished`.
-    pub(crate) async fn run_each<'s, F, Fut>(
+    pub(crate) async fn run_each<'s, F, Fut, T>(
         &'s self,
         op: F,
         on_event: impl FnMut(FleetEvent<'_>),
     ) -> FleetReport
     where
         F: Fn(usize, &'s SshExecutor) -> Fut,
-        Fut: Future<Output = Result<Execution>>,
+        Fut: Future<Output = Result<T>>,
+        T: Into<Attempted>,
     {
         let deadline = self.per_host_timeout;
         self.rollout(
@@ -70,14 +90,15 @@ impl Fleet {
     /// unreachable hosts, the descriptor limit and the release of connections.
     /// `attempt_once(member, executor, events)` is one attempt on one host, bounded by the
     /// per-host deadline itself; it may send `Output` messages on `events`.
-    pub(super) async fn rollout<'s, F, Fut>(
+    pub(super) async fn rollout<'s, F, Fut, T>(
         &'s self,
         attempt_once: F,
         mut on_event: impl FnMut(FleetEvent<'_>),
     ) -> FleetReport
     where
         F: Fn(usize, &'s SshExecutor, mpsc::UnboundedSender<Message>) -> Fut,
-        Fut: Future<Output = Result<Execution>>,
+        Fut: Future<Output = Result<T>>,
+        T: Into<Attempted>,
     {
         let run_started = tokio::time::Instant::now();
         let stop = AtomicBool::new(false);
@@ -147,7 +168,7 @@ impl Fleet {
 
     /// One batch of [`rollout`](Self::rollout): its results in member order, and the members
     /// fail-fast kept from starting.
-    async fn rollout_batch<'s, F, Fut>(
+    async fn rollout_batch<'s, F, Fut, T>(
         &'s self,
         attempt_once: &F,
         batch: usize,
@@ -158,7 +179,8 @@ impl Fleet {
     ) -> (Vec<HostResult>, Vec<usize>)
     where
         F: Fn(usize, &'s SshExecutor, mpsc::UnboundedSender<Message>) -> Fut,
-        Fut: Future<Output = Result<Execution>>,
+        Fut: Future<Output = Result<T>>,
+        T: Into<Attempted>,
     {
         let (tx, mut rx) = mpsc::unbounded_channel::<Message>();
         let fail_fast = self.thresholds.fail_fast;
@@ -182,9 +204,13 @@ impl Fleet {
                         // start) is large, and a debug build's test thread overflowed its stack.
                         // A refused or unresolvable host fails at once, as with ssh: the
                         // fleet's own retries are the explicit way to wait for one.
-                        let outcome =
+                        let attempted =
                             fleet_attempt(Box::pin(attempt_once(index, executor, tx.clone())))
                                 .await;
+                        let (outcome, pushed) = match attempted.map(Into::into) {
+                            Ok(Attempted { execution, pushed }) => (Ok(execution), pushed),
+                            Err(error) => (Err(error), None),
+                        };
                         let status = HostStatus::of(&outcome);
                         if status.is_retryable()
                             && attempt <= self.retries
@@ -211,6 +237,7 @@ impl Fleet {
                             batch,
                             attempts: attempt,
                             outcome,
+                            pushed,
                             started: began.duration_since(run_started),
                             duration: began.elapsed(),
                         };
@@ -270,15 +297,15 @@ impl Fleet {
 
 /// `work` bounded by the per-host `deadline` (a deadline too far for the clock never passes),
 /// its result's duration that of the attempt.
-async fn bounded(
+async fn bounded<T: Into<Attempted>>(
     deadline: Option<Duration>,
     host: &str,
-    work: impl Future<Output = Result<Execution>>,
-) -> Result<Execution> {
+    work: impl Future<Output = Result<T>>,
+) -> Result<Attempted> {
     let tried = tokio::time::Instant::now();
     let outcome = match deadline {
         Some(deadline) => match limit::within(limit::deadline(tried, deadline), work).await {
-            Some(outcome) => outcome,
+            Some(outcome) => outcome.map(Into::into),
             None => Ok(summary_execution(
                 host,
                 ExitStatus::TimedOut {
@@ -286,12 +313,13 @@ async fn bounded(
                     confirmed_dead: false,
                 },
                 String::new(),
-            )),
+            )
+            .into()),
         },
-        None => work.await,
+        None => work.await.map(Into::into),
     };
-    outcome.map(|mut execution| {
-        execution.duration = tried.elapsed();
-        execution
+    outcome.map(|mut attempted| {
+        attempted.execution.duration = tried.elapsed();
+        attempted
     })
 }

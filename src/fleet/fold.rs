@@ -122,6 +122,8 @@ mod tests {
             duration_ms: 1,
             attempts: 1,
             become_failure: None,
+            changed: None,
+            files: None,
         }
     }
 

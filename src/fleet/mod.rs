@@ -30,7 +30,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
 pub use batch::{BatchSize, Batches, Thresholds};
-pub use copy::PushOptions;
+pub use copy::{FileChange, PushOptions, PushedFile, PushedFiles};
 pub use fold::{FoldedGroup, fold_records};
 pub use forwards::{FleetForwards, HostForward};
 pub use inventory::{Inventory, InventoryHost, InventorySshArgs};
@@ -38,8 +38,8 @@ pub use jobs::{FleetJobStates, FleetJobs};
 pub use live::{LiveLine, LiveLines};
 pub use nodeset::{expand_nodeset, fold_nodeset};
 pub use record::{
-    HostRecord, SCHEMA_VERSION, exit_code, max_exit_code, read_host_list, read_records,
-    write_failed_hosts, write_records,
+    HostRecord, PushedFileRecord, SCHEMA_VERSION, exit_code, max_exit_code, read_host_list,
+    read_records, write_failed_hosts, write_records,
 };
 pub use status::{HostKeyProblem, HostStatus};
 
@@ -155,6 +155,10 @@ pub struct HostResult {
     /// The command's execution (exit code or signal, output, duration), or why there is none
     /// (connection refused, authentication, the per-host deadline, ...), of the last attempt.
     pub outcome: Result<Execution>,
+    /// What a [push](Fleet::push) did to each file on this host: written, or left alone
+    /// because it already had the content, owner, group and mode the push would give it
+    /// ([`FileChange::Unchanged`]). `None` for other operations, and where the push failed.
+    pub pushed: Option<PushedFiles>,
     /// When the first attempt started, after the run started.
     pub started: Duration,
     /// Wall time for this host, connection, every attempt and backoff included.

@@ -26,6 +26,8 @@
 //! | `started_ms` | number or null | when the host's first attempt started, in ms after the run started |
 //! | `duration_ms` | number | wall time for the host, every attempt and backoff included |
 //! | `attempts` | number | connection attempts (more than 1 only for retried unreachable hosts; 0 when skipped) |
+//! | `changed` | bool or null | a push: `true` when a file was written, `false` when every file was already as pushed (Ansible's `changed`); null for other operations and failed pushes |
+//! | `files` | array or null | a push: one `{"path": ..., "change": ...}` per file, `change` one of `created`, `changed`, `unchanged` ([`FileChange::word`](super::FileChange::word)); null for other operations and failed pushes |
 //!
 //! # Exit codes
 //!
@@ -50,7 +52,7 @@ use data_encoding::HEXLOWER;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::{HostResult, SkippedHost, status::HostStatus};
+use super::{HostResult, SkippedHost, copy::PushedFiles, status::HostStatus};
 use crate::{
     command::ExitStatus,
     error::{Error, Result},
@@ -107,6 +109,24 @@ pub struct HostRecord {
     /// versions.
     #[serde(default)]
     pub become_failure: Option<String>,
+    /// A push: whether a file was written ([`PushedFiles::changed`]). Absent in records of
+    /// earlier versions.
+    #[serde(default)]
+    pub changed: Option<bool>,
+    /// A push: what was done to each file. Absent in records of earlier versions.
+    #[serde(default)]
+    pub files: Option<Vec<PushedFileRecord>>,
+}
+
+/// One file of a push in a [`HostRecord`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct PushedFileRecord {
+    /// The remote path, lossily decoded.
+    pub path: String,
+    /// What was done to it ([`FileChange::word`](super::FileChange::word): `created`,
+    /// `changed`, `unchanged`).
+    pub change: String,
 }
 
 impl HostRecord {
@@ -138,6 +158,17 @@ impl HostRecord {
                 HostStatus::BecomeFailed { reason } => Some(reason.word().to_owned()),
                 _ => None,
             },
+            changed: result.pushed.as_ref().map(PushedFiles::changed),
+            files: result.pushed.as_ref().map(|pushed| {
+                pushed
+                    .files
+                    .iter()
+                    .map(|file| PushedFileRecord {
+                        path: file.path.to_string_lossy().into_owned(),
+                        change: file.change.word().to_owned(),
+                    })
+                    .collect()
+            }),
         };
         match &result.outcome {
             Ok(execution) => {
@@ -183,6 +214,8 @@ impl HostRecord {
             duration_ms: 0,
             attempts: 0,
             become_failure: None,
+            changed: None,
+            files: None,
         }
     }
 
