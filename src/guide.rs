@@ -57,6 +57,10 @@ pub mod architecture {
     #![doc = include_str!("../docs/guide/13-architecture.md")]
 }
 
+pub mod audit {
+    #![doc = include_str!("../docs/guide/14-audit.md")]
+}
+
 // The README's examples are compiled too (its `Usage` snippet), but not shown: on docs.rs the
 // crate documentation above is the front page.
 #[cfg(doctest)]

@@ -531,8 +531,14 @@ fn audit_records_every_host_and_verify_names_the_broken_line() {
     seen.sort();
     let host = |i: usize| beds[i].host();
     assert_eq!(seen.len(), 4);
-    assert!(seen.iter().all(|(h, _)| *h == host(0) || *h == host(1)), "{seen:?}");
-    assert_eq!(seen.iter().filter(|(_, c)| c.contains("echo two")).count(), 2);
+    assert!(
+        seen.iter().all(|(h, _)| *h == host(0) || *h == host(1)),
+        "{seen:?}"
+    );
+    assert_eq!(
+        seen.iter().filter(|(_, c)| c.contains("echo two")).count(),
+        2
+    );
 
     let verify = |extra: &[&str]| {
         let mut args = vec!["audit", "verify", trail_arg];
@@ -553,18 +559,30 @@ fn audit_records_every_host_and_verify_names_the_broken_line() {
     assert_eq!(verify(&[]).status.code(), Some(0));
     let out = verify(&["--head", &head]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stdout).contains("line 4"), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("line 4"),
+        "{}",
+        text(&out.stdout)
+    );
 
     // The second line edited: named by the break it makes at line 3.
     let edited = text_before.replacen("echo one", "echo 0ne", 2);
     std::fs::write(&trail, &edited).unwrap();
     let out = verify(&[]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stdout).contains("breaks at line"), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("breaks at line"),
+        "{}",
+        text(&out.stdout)
+    );
     // And a broken trail is not continued: the run refuses before it starts.
     let out = hosts.run(&["run"], &["-w", "web1", "--audit", trail_arg, "true"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("cannot be continued"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("cannot be continued"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 fn make_tree(root: &Path) -> Vec<(PathBuf, Vec<u8>, u32)> {

@@ -17,6 +17,7 @@
 //! Needs root or a user sshd can run as, `openssh-server`, `openssh-client`, `python3`.
 //! Not part of the test suite.
 
+mod audit;
 mod r#become;
 mod bulk;
 mod burst;
@@ -68,6 +69,7 @@ pub const SCENARIOS: &[&str] = &[
     "ssh_config",
     "become",
     "guard",
+    "audit",
     "terminals",
     "forwards",
     "deadhosts",
@@ -245,6 +247,7 @@ fn run(args: &[String]) -> anyhow::Result<()> {
             "ssh_config" => ssh_config::ssh_config(&mut ctx, &mut report),
             "become" => r#become::become_root(&mut ctx, &mut report),
             "guard" => guard::guard(&mut ctx, &mut report),
+            "audit" => audit::audit(&mut ctx, &mut report),
             "terminals" => terminals::terminals(&mut ctx, &mut report),
             "forwards" => forwards::forwards(&mut ctx, &mut report),
             "deadhosts" => fleet::dead_hosts(&mut ctx, &mut report),

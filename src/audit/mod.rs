@@ -128,11 +128,11 @@ impl AuditTrail {
             return Err(self.failed());
         }
         Ok(Entry {
-            pending: Some(Pending {
+            pending: Some(Box::new(Pending {
                 trail: self.clone(),
                 record: template,
                 started: Instant::now(),
-            }),
+            })),
         })
     }
 }
@@ -174,7 +174,8 @@ pub(crate) fn path_text(path: &Path) -> String {
 /// recorded as [`Exit::Cancelled`]. Records nothing where the executor has no trail.
 #[derive(Debug, Default)]
 pub(crate) struct Entry {
-    pending: Option<Pending>,
+    /// Boxed: an entry rides in every command's future and `Process`, mostly off.
+    pending: Option<Box<Pending>>,
 }
 
 #[derive(Debug)]

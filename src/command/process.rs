@@ -41,7 +41,8 @@ pub struct Process {
     feeder: Option<Feeder>,
     /// Its audit record, ended when its end is seen (dropped before that: cancelled).
     audit: crate::audit::Entry,
-    digests: crate::audit::OutputDigests,
+    /// Its output's digests, kept only while a record will be written.
+    digests: Option<Box<crate::audit::OutputDigests>>,
 }
 
 impl std::fmt::Debug for Process {
@@ -103,15 +104,15 @@ impl Process {
             finished: None,
             terminal,
             feeder,
+            digests: audit.is_on().then(Box::default),
             audit,
-            digests: crate::audit::OutputDigests::default(),
         }
     }
 
     /// Keeps a chunk of output (and digests it for the audit record).
     fn heard_output(&mut self, chunk: &OutputChunk) {
-        if self.audit.is_on() {
-            chunk.digest_into(&mut self.digests);
+        if let Some(digests) = &mut self.digests {
+            chunk.digest_into(digests);
         }
         self.kept.push(chunk.clone());
     }
@@ -119,7 +120,9 @@ impl Process {
     /// Ends the audit record with how the command ended.
     fn heard_end(&mut self, result: &Result<ExitStatus>) {
         let mut audit = std::mem::take(&mut self.audit);
-        audit.note(|record| self.digests.record_into(record));
+        if let Some(mut digests) = self.digests.take() {
+            audit.note(|record| digests.record_into(record));
+        }
         audit.end(match result {
             Ok(status) => status.audit_exit(),
             Err(error) => crate::audit::Exit::Error(error.with_causes()),
