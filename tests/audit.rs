@@ -1,6 +1,7 @@
 //! The audit trail (guide, "Audit trail"), through a real sshd: every kind of operation
 //! recorded once with what it did and how it ended, the file's chain verified and continued
-//! across executors, a tampered file refused, and no become password anywhere in it.
+//! across executors, a tampered file refused, no become password anywhere in it; and a
+//! terminal's asciicast recording, replayed to the screen the terminal showed.
 
 mod common;
 
@@ -11,7 +12,7 @@ use futures::StreamExt;
 use sha2::{Digest, Sha256};
 use swiftide_core::ToolExecutor;
 use swiftide_ssh_executor::{
-    Become, Error, ExecOptions, JobOptions, Secret, SshExecutor,
+    Become, Error, ExecOptions, JobOptions, Secret, SshExecutor, TerminalOptions, Until,
     audit::{AuditRecord, AuditTrail, Exit, verify},
 };
 use swiftide_ssh_testbed::{BECOME_PASSWORD, Escalation, Testbed};
@@ -232,4 +233,147 @@ async fn a_become_password_never_reaches_the_trail() {
             ("root", Some("sudo"))
         );
     }
+}
+
+/// The screen a recording replays to: its `o` events through a terminal emulator of the
+/// header's size, resized at each `r` event.
+fn replay(lines: &[serde_json::Value]) -> Vec<String> {
+    let size = |cols: u64, rows: u64| {
+        (
+            std::num::NonZeroU16::new(rows as u16).unwrap(),
+            std::num::NonZeroU16::new(cols as u16).unwrap(),
+        )
+    };
+    let term = &lines[0]["term"];
+    let (rows, cols) = size(
+        term["cols"].as_u64().unwrap(),
+        term["rows"].as_u64().unwrap(),
+    );
+    let mut parser = vt100::Parser::new(rows, cols, 0);
+    for event in &lines[1..] {
+        let data = event[2].as_str().unwrap();
+        match event[1].as_str().unwrap() {
+            "o" => parser.process(data.as_bytes()),
+            "r" => {
+                let (c, r) = data.split_once('x').unwrap();
+                let (rows, cols) = size(c.parse().unwrap(), r.parse().unwrap());
+                parser.set_size(rows, cols);
+            }
+            _ => {}
+        }
+    }
+    let screen = parser.screen();
+    let (_, width) = screen.size();
+    screen
+        .rows(0, width.get())
+        .map(|row| row.trim_end().to_owned())
+        .collect()
+}
+
+async fn wait(terminal: &swiftide_ssh_executor::Terminal, pattern: &str) {
+    let until = Until::Screen(regex::Regex::new(pattern).unwrap());
+    let waited = terminal.wait_for(&until, Duration::from_secs(10)).await;
+    assert!(waited.reached, "{pattern}: {}", waited.screen.text());
+}
+
+#[tokio::test]
+async fn a_recorded_terminal_replays_to_its_screen_and_keeps_no_password() {
+    let tb = testbed();
+    let dir = scratch("cast");
+    let cast = dir.join("session.cast");
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen = lines.clone();
+    let trail =
+        AuditTrail::to_callback(move |line| seen.lock().unwrap().push(line.to_owned())).unwrap();
+    let ex = builder(&tb).audit(trail.clone()).build().await.unwrap();
+    let terminal = ex
+        .open_terminal(
+            TerminalOptions::default()
+                .command("PS1='$ ' exec /bin/sh -i")
+                .record(&cast)
+                .record_input(true),
+        )
+        .unwrap();
+    wait(&terminal, r"(?m)^\$$").await;
+    terminal
+        .send_text("printf '\\033[1;31mred\\033[0m n\\303\\251\\342\\202\\254 %s\\n' plain\r")
+        .await
+        .unwrap();
+    wait(&terminal, "red né€ plain").await;
+    terminal
+        .send_text(
+            "stty -echo; printf 'password: '; read answer; stty echo; echo; echo got-${#answer}\r",
+        )
+        .await
+        .unwrap();
+    wait(&terminal, "password:$").await;
+    terminal.send_text("hunter2-secret\r").await.unwrap();
+    wait(&terminal, "got-14").await;
+    terminal.resize(100, 30);
+    terminal.send_text("seq 1 40; exit 3\r").await.unwrap();
+    let ended = terminal
+        .wait_for(&Until::Exit, Duration::from_secs(10))
+        .await;
+    assert_eq!(
+        ended.exited,
+        Some(swiftide_ssh_executor::ExitStatus::Code(3))
+    );
+    let screen = terminal.screen();
+    terminal.close().await.unwrap();
+    trail.flush().await.unwrap();
+
+    // Written as it happened: give the writer a moment to flush its last events.
+    let mut recorded = Vec::new();
+    for _ in 0..50 {
+        let text = std::fs::read_to_string(&cast).unwrap();
+        recorded = text
+            .lines()
+            .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+            .collect();
+        if recorded.last().is_some_and(|event| event[1] == "x") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(recorded[0]["version"], 3);
+    assert_eq!(
+        (
+            recorded[0]["term"]["cols"].as_u64(),
+            recorded[0]["term"]["rows"].as_u64()
+        ),
+        (Some(80), Some(24))
+    );
+    let last = recorded.last().unwrap();
+    assert_eq!((last[1].as_str(), last[2].as_str()), (Some("x"), Some("3")));
+    assert!(
+        recorded[1..]
+            .iter()
+            .all(|event| event[0].as_f64().unwrap() >= 0.0)
+    );
+    assert!(
+        recorded
+            .iter()
+            .any(|event| event[1] == "r" && event[2] == "100x30")
+    );
+    let typed: String = recorded
+        .iter()
+        .filter(|event| event[1] == "i")
+        .map(|event| event[2].as_str().unwrap().to_owned())
+        .collect();
+    assert!(typed.contains("seq 1 40"), "{typed:?}");
+    let whole = std::fs::read_to_string(&cast).unwrap();
+    assert!(
+        !whole.contains("hunter2"),
+        "the answer at a password prompt was recorded"
+    );
+    assert_eq!(replay(&recorded), screen.lines);
+
+    let lines = lines.lock().unwrap().clone();
+    let record: AuditRecord = lines
+        .iter()
+        .map(|line| serde_json::from_str::<AuditRecord>(line).unwrap())
+        .find(|record| record.op == "terminal")
+        .unwrap();
+    assert_eq!(record.path.as_deref(), cast.to_str());
+    assert_eq!(record.exit, Exit::Code(3));
 }

@@ -109,6 +109,12 @@ impl Process {
         }
     }
 
+    /// Fills in the audit record of the process (what its caller knows, e.g. a terminal's
+    /// recording).
+    pub(crate) fn note_audit(&mut self, fill: impl FnOnce(&mut crate::audit::AuditRecord)) {
+        self.audit.note(fill);
+    }
+
     /// Keeps a chunk of output (and digests it for the audit record).
     fn heard_output(&mut self, chunk: &OutputChunk) {
         if let Some(digests) = &mut self.digests {

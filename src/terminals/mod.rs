@@ -11,6 +11,7 @@
 //! [`Terminal::close`] and dropping the `Terminal` kill the whole session too.
 
 pub(crate) mod keys;
+mod recording;
 pub(crate) mod screen;
 pub(crate) mod tools;
 
@@ -44,6 +45,13 @@ pub struct TerminalOptions {
     pub current_dir: Option<PathBuf>,
     /// Rows kept once they scroll off the top. Defaults to 1000 (at most 5000).
     pub scrollback: usize,
+    /// An asciicast v3 recording of the terminal (output, resizes, the exit status) written
+    /// to this local file as it happens, for `asciinema play`; named in the audit trail.
+    /// Defaults to none.
+    pub record: Option<PathBuf>,
+    /// Whether the recording holds typed input too (never a line typed while the screen
+    /// asks for a password or passphrase). Defaults to false.
+    pub record_input: bool,
 }
 
 impl Default for TerminalOptions {
@@ -53,6 +61,8 @@ impl Default for TerminalOptions {
             pty: Pty::default(),
             current_dir: None,
             scrollback: 1000,
+            record: None,
+            record_input: false,
         }
     }
 }
@@ -77,6 +87,21 @@ impl TerminalOptions {
     #[must_use]
     pub fn current_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.current_dir = Some(dir.into());
+        self
+    }
+
+    /// Records the terminal into `path` (see [`record`](Self::record)). Defaults to none.
+    #[must_use]
+    pub fn record(mut self, path: impl Into<PathBuf>) -> Self {
+        self.record = Some(path.into());
+        self
+    }
+
+    /// Records typed input too (see [`record_input`](Self::record_input)). Defaults to
+    /// false.
+    #[must_use]
+    pub fn record_input(mut self, input: bool) -> Self {
+        self.record_input = input;
         self
     }
 }
@@ -113,6 +138,7 @@ struct Shared {
     /// The screen's version (it changes with every change drawn), and once more at the end.
     output: watch::Sender<u64>,
     ended: Mutex<Option<std::result::Result<ExitStatus, String>>>,
+    recording: Option<recording::Recording>,
 }
 
 impl Shared {
@@ -170,7 +196,23 @@ impl SshExecutor {
         let cols = u16::try_from(options.pty.cols).unwrap_or(u16::MAX);
         let mut exec = ExecOptions::default().pty(options.pty.clone());
         exec.current_dir = options.current_dir.clone();
-        let process = self.spawn_in_terminal(&command, exec)?;
+        // Before the program starts: a file that cannot be made fails the open.
+        let recording = match &options.record {
+            Some(path) => Some(recording::Recording::start(
+                path,
+                (cols, rows),
+                &options.pty.term,
+                &command,
+                options.record_input,
+            )?),
+            None => None,
+        };
+        let mut process = self.spawn_in_terminal(&command, exec)?;
+        if let Some(path) = &options.record {
+            process.note_audit(|record| {
+                record.path = Some(crate::audit::path_text(path));
+            });
+        }
         let input = process.input().ok_or_else(|| Error::InvalidInput {
             reason: "the terminal's input is closed".to_owned(),
         })?;
@@ -180,6 +222,7 @@ impl SshExecutor {
             screen: Mutex::new(state),
             output,
             ended: Mutex::new(None),
+            recording,
         });
         let (close, closing) = oneshot::channel();
         let reader = tokio::spawn(read_output(process, shared.clone(), closing));
@@ -206,6 +249,9 @@ async fn read_output(
                     let bytes = match &chunk {
                         OutputChunk::Stdout(bytes) | OutputChunk::Stderr(bytes) => bytes,
                     };
+                    if let Some(recording) = &shared.recording {
+                        recording.output(bytes);
+                    }
                     let drawn = {
                         let mut screen = shared.lock();
                         screen.process(bytes);
@@ -235,6 +281,9 @@ async fn read_output(
 }
 
 fn finish(shared: &Shared, ended: std::result::Result<ExitStatus, String>) {
+    if let Some(recording) = &shared.recording {
+        recording.exit(&ended);
+    }
     *shared
         .ended
         .lock()
@@ -280,6 +329,9 @@ impl Terminal {
         if bytes.is_empty() {
             return Ok(());
         }
+        if let Some(recording) = &self.shared.recording {
+            recording.input(&bytes, || self.screen());
+        }
         if self.input.write(bytes.into()).await {
             Ok(())
         } else {
@@ -312,6 +364,9 @@ impl Terminal {
 
     /// Resizes the terminal: the program gets `SIGWINCH` and the new size.
     pub fn resize(&self, cols: u16, rows: u16) {
+        if let Some(recording) = &self.shared.recording {
+            recording.resize(cols, rows);
+        }
         self.shared.lock().resize(rows, cols);
         self.input.resize(u32::from(cols), u32::from(rows));
     }
