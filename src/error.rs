@@ -743,6 +743,19 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// A [checkpoint](crate::Checkpoint) could not be taken, compared or rolled back: no
+    /// `git` on the host, a tree that is not a directory or holds the checkpoint store, an
+    /// unknown checkpoint, or git's own failure.
+    #[error("checkpoint of {} on {host}: {reason}", dir.display())]
+    Checkpoint {
+        /// The host.
+        host: String,
+        /// The tree.
+        dir: std::path::PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+
     /// The executor's [audit trail](crate::audit::AuditTrail) cannot be opened or written
     /// (or an existing trail's chain is broken): the operation did not run, and none will
     /// on that trail.

@@ -61,6 +61,10 @@ pub mod audit {
     #![doc = include_str!("../docs/guide/14-audit.md")]
 }
 
+pub mod checkpoints {
+    #![doc = include_str!("../docs/guide/15-checkpoints.md")]
+}
+
 // The README's examples are compiled too (its `Usage` snippet), but not shown: on docs.rs the
 // crate documentation above is the front page.
 #[cfg(doctest)]

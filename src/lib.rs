@@ -106,10 +106,11 @@
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 // Each module imports only from the modules before it on this line (`.ci/check-layers.py`):
-// Layers, bottom up: guide < error < audit < config < ssh < pool < command < executor < files < jobs < terminals < forwards < builder < fleet < tools < swiftide < adapters
+// Layers, bottom up: guide < error < audit < config < ssh < pool < command < executor < files < checkpoints < jobs < terminals < forwards < builder < fleet < tools < swiftide < adapters
 pub mod adapters;
 pub mod audit;
 mod builder;
+mod checkpoints;
 mod command;
 mod config;
 mod error;
@@ -128,6 +129,7 @@ mod tools;
 pub use builder::SshExecutorBuilder;
 #[cfg(feature = "flags")]
 pub use builder::flags;
+pub use checkpoints::{Change, ChangeKind, Checkpoint};
 pub use command::{Execution, ExitStatus, OutputChunk, OutputSink, Process, Pty};
 pub use config::{
     AuthMethod, Become, Confinement, HostConfig, HostKeyPolicy, JumpHost, Limit, Limits, Network,

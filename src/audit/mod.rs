@@ -155,6 +155,7 @@ pub(crate) fn template(host: &str, port: u16, login: &str, op: &str) -> AuditRec
         path: None,
         to: None,
         job: None,
+        checkpoint: None,
         guard: None,
         exit: Exit::Cancelled,
         duration_ms: 0,

@@ -31,7 +31,7 @@ pub struct AuditRecord {
     /// What was done: `command`, `process`, `terminal`, `read_file`, `write_file`,
     /// `remove_file`, `remove_dir`, `remove_dir_all`, `create_dir_all`, `rename`,
     /// `stream_files`, `job_start`, `job_kill`, `forward_local`, `forward_dynamic`,
-    /// `forward_remote`.
+    /// `forward_remote`, `checkpoint`, `rollback`.
     pub op: String,
     /// The working directory a command ran in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -49,8 +49,14 @@ pub struct AuditRecord {
     /// A job's id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<String>,
-    /// The limits and confinement in force, as the runner protocol's entries (`memory=N`,
-    /// `writes=confined`, `write=PATH`, ...; see runner/PROTOCOL.md), when any were.
+    /// A checkpoint's id (`checkpoint`, `rollback`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<String>,
+    /// The limits and confinement the command was given, as the runner protocol's entries
+    /// (`memory=N`, `writes=confined`, `write=PATH`, ...; see runner/PROTOCOL.md), when any
+    /// were. A command that could not get them was refused
+    /// ([`Error::GuardUnavailable`](crate::Error::GuardUnavailable), its `exit` says so),
+    /// unless the builder allows running unguarded where unenforceable, which logs a warning.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guard: Option<Vec<String>>,
     /// How it ended.
