@@ -21,6 +21,7 @@ mod audit;
 mod r#become;
 mod bulk;
 mod burst;
+mod checkpoints;
 mod child;
 mod fleet;
 mod forwards;
@@ -70,6 +71,7 @@ pub const SCENARIOS: &[&str] = &[
     "become",
     "guard",
     "audit",
+    "checkpoints",
     "terminals",
     "forwards",
     "deadhosts",
@@ -248,6 +250,7 @@ fn run(args: &[String]) -> anyhow::Result<()> {
             "become" => r#become::become_root(&mut ctx, &mut report),
             "guard" => guard::guard(&mut ctx, &mut report),
             "audit" => audit::audit(&mut ctx, &mut report),
+            "checkpoints" => checkpoints::checkpoints(&mut ctx, &mut report),
             "terminals" => terminals::terminals(&mut ctx, &mut report),
             "forwards" => forwards::forwards(&mut ctx, &mut report),
             "deadhosts" => fleet::dead_hosts(&mut ctx, &mut report),

@@ -99,6 +99,16 @@ pub(super) fn fixes(recorded: &Manifest, now: &Manifest) -> Vec<(u32, String, bo
         .collect()
 }
 
+/// The directories `now` has and `recorded` does not, deepest first: added since, and left
+/// by git when empty.
+pub(super) fn added_dirs(recorded: &Manifest, now: &Manifest) -> Vec<String> {
+    now.iter()
+        .rev()
+        .filter(|(path, (kind, _))| *kind == 'd' && !recorded.contains_key(*path))
+        .map(|(path, _)| path.clone())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

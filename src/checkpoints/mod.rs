@@ -154,6 +154,14 @@ impl SshExecutor {
             .await?;
         let recorded = parse_manifest(self, checkpoint, after_end_token(&out))?;
         let now = manifest::walk(self, dir).await?;
+        let added: Vec<u8> = manifest::added_dirs(&recorded, &now)
+            .iter()
+            .flat_map(|path| format!("./{path}\0").into_bytes())
+            .collect();
+        if !added.is_empty() {
+            self.checkpoint_script(dir, script::remove_empty_dirs(dir), added)
+                .await?;
+        }
         let fixes = manifest::fixes(&recorded, &now);
         let mut dirs = Vec::new();
         let mut modes = Vec::new();

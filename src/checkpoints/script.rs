@@ -88,14 +88,14 @@ pub(super) fn keep_manifest(tree: &Path, key: &str, id: &str) -> Vec<u8> {
 }
 
 /// Prints what differs from checkpoint `id` as git sees it (`STATUS\0PATH\0` each), an empty
-/// token, then the checkpoint's manifest.
+/// token, then the checkpoint's manifest. The store's one index, which the checkpoints
+/// keep, is brought up to the tree first: with its file times, git hashes only the files
+/// that changed since it last looked.
 pub(super) fn changes(tree: &Path, key: &str, id: &str) -> Vec<u8> {
     let mut script = prologue(tree, key);
     script.extend_from_slice(&known(id));
     script.extend_from_slice(
-        br#"GIT_INDEX_FILE="$store/changes-index"; export GIT_INDEX_FILE
-rm -f "$GIT_INDEX_FILE"
-g read-tree "$id"
+        br#"GIT_INDEX_FILE="$store/index"; export GIT_INDEX_FILE
 g add -A -f -- .
 g diff-index --cached -z --no-renames --name-status "$id"
 printf '\000'
@@ -105,23 +105,20 @@ cat "$store/manifests/$id"
     script
 }
 
-/// Puts the tree back as checkpoint `id` recorded it, as git can: files that were not there
-/// removed (ignored ones too; a nested repository stays), every recorded file, symlink and
-/// executable bit restored (never through a symlink: git replaces what is in the way). Then
-/// prints an empty token and the checkpoint's manifest, for the modes and empty
-/// directories git does not keep.
+/// Puts the tree back as checkpoint `id` recorded it, as git can: the index brought up to
+/// the tree (every file in it, ignored ones too), then moved to the checkpoint with the work
+/// tree (`read-tree --reset -u`): what was added is removed, what differs is written again
+/// (only that), symlinks and executable bits restored, never through a symlink (git
+/// replaces what is in the way). Then prints an empty token and the checkpoint's manifest,
+/// for the modes and empty directories git does not keep.
 pub(super) fn rollback(tree: &Path, key: &str, id: &str) -> Vec<u8> {
     let mut script = prologue(tree, key);
     script.extend_from_slice(&known(id));
     script.extend_from_slice(
-        br#"GIT_INDEX_FILE="$store/rollback-index"; export GIT_INDEX_FILE
-rm -f "$GIT_INDEX_FILE"
-g read-tree "$id"
-g clean -f -d -x -q -- .
-# Only what differs is written again: the index learns the tree's files first.
-g update-index -q --refresh >/dev/null 2>&1 || true
+        br#"GIT_INDEX_FILE="$store/index"; export GIT_INDEX_FILE
+g add -A -f -- .
 umask 022
-g diff-files -z --name-only | g checkout-index -f -z --stdin
+g read-tree --reset -u "$id"
 printf '\000'
 cat "$store/manifests/$id"
 "#,
@@ -133,6 +130,13 @@ cat "$store/manifests/$id"
 /// first): the empty directories git does not keep.
 pub(super) fn make_dirs(tree: &Path) -> Vec<u8> {
     in_tree(tree, b"xargs -0 mkdir -p\n")
+}
+
+/// Removes the directories named on stdin (NUL-separated, deepest first) that are empty:
+/// the ones added since the checkpoint, which git does not track. One that is not empty (a
+/// nested repository, say) stays.
+pub(super) fn remove_empty_dirs(tree: &Path) -> Vec<u8> {
+    in_tree(tree, b"xargs -0 rmdir 2>/dev/null || :\n")
 }
 
 /// Sets the modes named on stdin (`MODE\0PATH\0` pairs, octal, paths relative to the tree,
