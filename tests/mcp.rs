@@ -67,6 +67,8 @@ async fn every_tool_works_through_rmcp_and_the_root_holds() {
     assert_eq!(
         names,
         [
+            "changes_since",
+            "checkpoint",
             "close_terminal",
             "expose_port",
             "file_info",
@@ -81,6 +83,7 @@ async fn every_tool_works_through_rmcp_and_the_root_holds() {
             "list_terminals",
             "open_terminal",
             "read_file",
+            "rollback",
             "run_command",
             "start_job",
             "terminal_screen",
@@ -477,7 +480,7 @@ async fn a_dead_host_is_a_clear_tool_error() {
     let result = call(&client, "open_terminal", json!({})).await;
     assert!(is_error(&result), "{result:?}");
     assert!(text(&result).contains(&expected), "{result:?}");
-    assert_eq!(client.list_all_tools().await.unwrap().len(), 19);
+    assert_eq!(client.list_all_tools().await.unwrap().len(), 22);
     client.cancel().await.unwrap();
 }
 
@@ -817,5 +820,51 @@ async fn terminals_open_type_read_wait_and_close_through_mcp() {
             .await
             .is_empty(),
         "a terminal survived the server"
+    );
+}
+
+#[tokio::test]
+async fn checkpoint_tools_record_list_and_roll_back_within_the_root() {
+    let tb = testbed();
+    let (client, root, _dir) = rooted_server(&tb).await;
+    std::fs::create_dir_all(root.join("work")).unwrap();
+    std::fs::write(root.join("work/a.txt"), "one").unwrap();
+    let taken = call(&client, "checkpoint", json!({"path": "work"})).await;
+    assert!(!is_error(&taken), "{taken:?}");
+    let said = text(&taken);
+    let id = said.split_whitespace().nth(1).unwrap().to_owned();
+    assert!(said.starts_with("checkpoint "), "{said}");
+
+    std::fs::write(root.join("work/a.txt"), "two").unwrap();
+    std::fs::write(root.join("work/b.txt"), "new").unwrap();
+    let changes = text(&call(&client, "changes_since", json!({"path": "work", "id": id})).await);
+    assert_eq!(changes, "modified a.txt\nadded b.txt", "{changes}");
+    let rolled = call(&client, "rollback", json!({"path": "work", "id": id})).await;
+    assert!(!is_error(&rolled), "{rolled:?}");
+    assert!(
+        text(&rolled).ends_with("modified a.txt\nadded b.txt"),
+        "{}",
+        text(&rolled)
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("work/a.txt")).unwrap(),
+        "one"
+    );
+    assert!(!root.join("work/b.txt").exists());
+    let none = text(&call(&client, "changes_since", json!({"path": "work", "id": id})).await);
+    assert_eq!(none, "no changes since the checkpoint");
+
+    // Outside the root, and an unknown id: errors the model reads.
+    let outside = call(&client, "checkpoint", json!({"path": "/etc"})).await;
+    assert!(is_error(&outside), "{outside:?}");
+    let unknown = call(
+        &client,
+        "rollback",
+        json!({"path": "work", "id": "0".repeat(40)}),
+    )
+    .await;
+    assert!(
+        is_error(&unknown) && text(&unknown).contains("no checkpoint"),
+        "{unknown:?}"
     );
 }

@@ -257,7 +257,7 @@ async fn the_binary_serves_rmcp_over_stdio() {
             .name,
         "swiftide-ssh-mcp"
     );
-    assert_eq!(client.list_all_tools().await.unwrap().len(), 19);
+    assert_eq!(client.list_all_tools().await.unwrap().len(), 22);
     let wrote = call(
         &client,
         "write_file",
@@ -596,7 +596,7 @@ async fn the_python_mcp_sdk_drives_the_binary() {
     let result: Value = serde_json::from_str(stdout.lines().last().unwrap())
         .unwrap_or_else(|e| panic!("{e}: {stdout}"));
     assert_eq!(result["server"], "swiftide-ssh-mcp");
-    assert_eq!(result["tools"].as_array().unwrap().len(), 19, "{result}");
+    assert_eq!(result["tools"].as_array().unwrap().len(), 22, "{result}");
     assert_eq!(result["run"], json!(["one\ntwo\n[exit code 0]", false]));
     assert_eq!(result["progress"], json!(["one\n", "two\n"]));
     assert_eq!(result["write"][1], false);

@@ -2,7 +2,7 @@
 //! `swiftide-ssh-mcp` binary (its own crate, which parses the command line, builds the
 //! executor and calls [`serve`]), for embedding the server in a program of your own.
 //!
-//! [`SshMcpServer`] is an [`rmcp`] `ServerHandler` with nineteen tools: `run_command`,
+//! [`SshMcpServer`] is an [`rmcp`] `ServerHandler` with twenty-two tools: `run_command`,
 //! `read_file`, `write_file`, `list_directory`, `glob`, `grep` and `file_info`; for jobs
 //! (commands that outlive the call, the connection and the server: [`SshExecutor::spawn_job`])
 //! `start_job`, `job_output` (stdout and stderr since a cursor: cursor in, cursor out,
@@ -12,7 +12,9 @@
 //! [`SshExecutor::open_terminal`]) `open_terminal`, `terminal_send`, `terminal_screen`,
 //! `close_terminal` and `list_terminals`; and for services on the host, `expose_port` (a local
 //! address, through a forward: [`SshExecutor::forward_local`], with structured `address` and
-//! `url`) and `list_ports`. Job, terminal and port tools take the arguments and give the
+//! `url`) and `list_ports`; and for rolling back what an agent did, `checkpoint`,
+//! `changes_since` and `rollback` ([`SshExecutor::checkpoint`], within the root). Job,
+//! terminal, port and checkpoint tools take the arguments and give the
 //! texts of every door (the crate's shared tools). Exposed ports are the server's: they close
 //! when it goes away.
 //!
@@ -75,7 +77,13 @@ use crate::{
         OpenTerminalArgs, TERMINAL_SCREEN_ABOUT, TERMINAL_SEND_ABOUT, TerminalScreenArgs,
         TerminalSendArgs, TerminalSet, ToolFailure,
     },
-    tools::search::{self, GLOB_ABOUT, GREP_ABOUT, SearchError},
+    tools::{
+        checkpoints::{
+            self, CHANGES_SINCE_ABOUT, CHECKPOINT_ABOUT, CheckpointArgs, CheckpointIdArgs,
+            ROLLBACK_ABOUT,
+        },
+        search::{self, GLOB_ABOUT, GREP_ABOUT, SearchError},
+    },
 };
 
 /// Files larger than this are refused by `read_file` (an MCP message carries them whole).
@@ -575,6 +583,36 @@ impl SshMcpServer {
         into_result(self.file_info_inner(args).await)
     }
 
+    #[tool(description = CHECKPOINT_ABOUT)]
+    async fn checkpoint(
+        &self,
+        Parameters(args): Parameters<CheckpointArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        into_result(self.checkpoint_inner(&args.path, None).await)
+    }
+
+    #[tool(description = CHANGES_SINCE_ABOUT)]
+    async fn changes_since(
+        &self,
+        Parameters(args): Parameters<CheckpointIdArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        into_result(
+            self.checkpoint_inner(&args.path, Some((&args.id, false)))
+                .await,
+        )
+    }
+
+    #[tool(description = ROLLBACK_ABOUT)]
+    async fn rollback(
+        &self,
+        Parameters(args): Parameters<CheckpointIdArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        into_result(
+            self.checkpoint_inner(&args.path, Some((&args.id, true)))
+                .await,
+        )
+    }
+
     #[tool(description = START_JOB_ABOUT)]
     async fn start_job(
         &self,
@@ -1000,6 +1038,22 @@ impl SshMcpServer {
             lines.push(format!("[stopped after {max} matching lines]"));
         }
         Ok(text_result(lines.join("\n")))
+    }
+
+    /// `checkpoint` (no id), `changes_since` (an id) or `rollback` (an id, `true`) of the
+    /// tree at `path`, within the root.
+    async fn checkpoint_inner(
+        &self,
+        path: &str,
+        id: Option<(&str, bool)>,
+    ) -> ToolResult<CallToolResult> {
+        let dir = self.resolve(path).await?;
+        let done = match id {
+            None => checkpoints::checkpoint(&self.executor, &dir).await,
+            Some((id, false)) => checkpoints::changes_since(&self.executor, &dir, id).await,
+            Some((id, true)) => checkpoints::rollback(&self.executor, &dir, id).await,
+        };
+        done.map(text_result).map_err(|error| describe(&error))
     }
 
     async fn start_job_inner(&self, args: StartJobArgs) -> ToolResult<CallToolResult> {

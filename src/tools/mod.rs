@@ -4,7 +4,10 @@
 //! and formats the result the way its framework expects; what an operation does is decided
 //! here.
 //!
-//! So far: file search, [`search`] (glob and grep), which only the adapters use.
+//! So far: file search, [`search`] (glob and grep), which only the adapters use, and the
+//! checkpoint tools, [`checkpoints`] (the MCP server maps them).
 
+#[cfg(feature = "mcp")]
+pub(crate) mod checkpoints;
 #[cfg(any(feature = "agent-sdk", feature = "bamboo", feature = "mcp"))]
 pub(crate) mod search;
