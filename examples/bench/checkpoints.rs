@@ -1,7 +1,8 @@
 //! Scenario `checkpoints` (issue 46): a tree of 10,000 files of 100 KiB (1 GiB; `--quick`:
 //! 2,000 files, 200 MiB) on the host. The first checkpoint against `git add -A && git
-//! commit` of the same tree into a fresh store, `cp -a` and `rsync -a --link-dest` (when
-//! installed); the next checkpoint after a one-file change; the rollback of a one-file change.
+//! commit` of the same tree into a fresh store and a `cp -a` copy; the next checkpoint
+//! after a one-file change against the next snapshot with `rsync -a --link-dest` (when
+//! installed: unchanged files hard-linked to the copy); the rollback of a one-file change.
 
 use std::{
     path::Path,
@@ -109,7 +110,7 @@ pub fn checkpoints(ctx: &mut Ctx, report: &mut Report) -> anyhow::Result<()> {
         anyhow::Ok((first, next, rollback))
     })?;
     let peers = format!(
-        "`git add -A && git commit` {}; `cp -a` {}; rsync --link-dest {}",
+        "`git add -A && git commit` {}; `cp -a` {}; the next snapshot with `rsync -a --link-dest` (against the copy) {}",
         ms(git),
         ms(copy),
         rsync.map_or("not installed".to_owned(), ms)
