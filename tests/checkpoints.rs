@@ -235,3 +235,60 @@ async fn checkpoints_refuse_what_they_cannot_do_with_typed_errors() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The store of `dir` (as `checkpoints::store_key` names it) under the login's home.
+fn store_of(dir: &Path) -> PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    let digest = Sha256::digest(dir.as_os_str().as_bytes());
+    let key: String = digest[..16]
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".local/state"));
+    state.join("swiftide-ssh/checkpoints").join(key)
+}
+
+#[tokio::test]
+async fn an_operation_killed_mid_way_leaves_nothing_that_blocks_the_next() {
+    let tb = testbed();
+    let ex = builder(&tb).build().await.unwrap();
+    let dir = std::env::temp_dir().join(format!("swiftide-checkpoint-lock-{}", token()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("a"), "a").unwrap();
+    let first = ex.checkpoint(&dir).await.unwrap();
+    let store = store_of(&dir);
+    assert!(store.join("git").is_dir(), "{}", store.display());
+
+    // What a killed operation leaves: its lock with a pid that is gone, and git's lock.
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let dead = gone.id();
+    gone.wait().unwrap();
+    std::fs::create_dir_all(store.join("lock")).unwrap();
+    std::fs::write(store.join("lock/pid"), dead.to_string()).unwrap();
+    std::fs::write(store.join("index.lock"), "").unwrap();
+    std::fs::write(dir.join("a"), "changed").unwrap();
+    let undone = ex.rollback(&first).await.unwrap();
+    assert_eq!(undone.len(), 1, "{undone:?}");
+    assert_eq!(std::fs::read_to_string(dir.join("a")).unwrap(), "a");
+    assert!(!store.join("lock").exists() && !store.join("index.lock").exists());
+
+    // A live holder: refused at once, with a reason.
+    let mut holder = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    std::fs::create_dir_all(store.join("lock")).unwrap();
+    std::fs::write(store.join("lock/pid"), holder.id().to_string()).unwrap();
+    let busy = ex.checkpoint(&dir).await.unwrap_err();
+    assert!(
+        matches!(&busy, Error::Checkpoint { reason, .. } if reason.contains("is running")),
+        "{busy}"
+    );
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    std::fs::remove_dir_all(store.join("lock")).unwrap();
+    ex.checkpoint(&dir).await.unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -203,9 +203,9 @@ impl SshExecutor {
                 ExitStatus::Code(script::NO_GIT) => {
                     "git is not installed on the host (checkpoints need it)".to_owned()
                 }
-                ExitStatus::Code(script::NO_TREE | script::NO_CHECKPOINT | script::HOLDS_STORE) => {
-                    said
-                }
+                ExitStatus::Code(
+                    script::NO_TREE | script::NO_CHECKPOINT | script::HOLDS_STORE | script::BUSY,
+                ) => said,
                 other => format!("{other:?}: {said}"),
             },
         ))

@@ -14,6 +14,8 @@ pub(super) const NO_TREE: u32 = 4;
 pub(super) const NO_CHECKPOINT: u32 = 5;
 /// The exit code of a tree that holds the store (a home directory, `/`).
 pub(super) const HOLDS_STORE: u32 = 6;
+/// The exit code of a store another operation is using.
+pub(super) const BUSY: u32 = 7;
 
 /// What every script starts with: the tree, the store, git's environment and `g`, git with
 /// the settings that make it record exactly what is there.
@@ -37,6 +39,24 @@ case "$state/" in "${tree%/}"/*)
   echo "$tree holds this account's checkpoints ($state): choose a directory below it" >&2
   exit 6
 esac
+# One operation on a store at a time. A lock whose holder is gone (an operation killed when
+# its caller gave up) is taken over, and git's own lock with it, which a killed git leaves.
+lock="$store/lock"
+if ! mkdir "$lock" 2>/dev/null; then
+  holder=$(cat "$lock/pid" 2>/dev/null || :)
+  if [ -n "$holder" ] && kill -0 "$holder" 2>/dev/null; then
+    echo "another checkpoint operation on $tree is running (pid $holder)" >&2
+    exit 7
+  fi
+  if [ -z "$holder" ] && [ -z "$(find "$lock" -prune -mmin +1 2>/dev/null)" ]; then
+    echo "another checkpoint operation on $tree is starting" >&2
+    exit 7
+  fi
+  rm -rf "$lock" "$store/index.lock"
+  mkdir "$lock" || { echo "another checkpoint operation on $tree took the lock" >&2; exit 7; }
+fi
+echo $$ > "$lock/pid"
+trap 'rm -rf "$lock"' EXIT
 [ -d "$store/git" ] || git init -q --bare "$store/git"
 GIT_DIR="$store/git" GIT_WORK_TREE="$tree" GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null
 GIT_AUTHOR_NAME=swiftide-ssh GIT_AUTHOR_EMAIL=swiftide-ssh@localhost
