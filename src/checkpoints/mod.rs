@@ -17,7 +17,6 @@ mod script;
 use std::{collections::HashSet, path::PathBuf};
 
 use crate::{
-    audit::Exit,
     command::ExitStatus,
     error::{Error, Result},
     executor::SshExecutor,
@@ -135,10 +134,7 @@ impl SshExecutor {
         let mut audit = self.audit_path("rollback", &checkpoint.dir, None)?;
         audit.note(|record| record.checkpoint = Some(checkpoint.id.clone()));
         let result = self.rollback_unaudited(checkpoint).await;
-        audit.end(match &result {
-            Ok(_) => Exit::Ok,
-            Err(error) => Exit::Error(error.with_causes()),
-        });
+        audit.end_with(&result);
         result
     }
 

@@ -53,20 +53,13 @@ pub(crate) async fn checkpoint(executor: &SshExecutor, dir: &Path) -> Result<Str
 
 /// `changes_since` on the resolved tree `dir`.
 pub(crate) async fn changes_since(executor: &SshExecutor, dir: &Path, id: &str) -> Result<String> {
-    let checkpoint = Checkpoint {
-        dir: dir.to_path_buf(),
-        id: id.trim().to_owned(),
-    };
-    let changes = executor.changes_since(&checkpoint).await?;
+    let changes = executor.changes_since(&named(dir, id)).await?;
     Ok(listing(&changes, "no changes since the checkpoint"))
 }
 
 /// `rollback` of the resolved tree `dir`.
 pub(crate) async fn rollback(executor: &SshExecutor, dir: &Path, id: &str) -> Result<String> {
-    let checkpoint = Checkpoint {
-        dir: dir.to_path_buf(),
-        id: id.trim().to_owned(),
-    };
+    let checkpoint = named(dir, id);
     let undone = executor.rollback(&checkpoint).await?;
     Ok(format!(
         "rolled back {} to checkpoint {}\n{}",
@@ -74,6 +67,14 @@ pub(crate) async fn rollback(executor: &SshExecutor, dir: &Path, id: &str) -> Re
         checkpoint.id,
         listing(&undone, "nothing had changed")
     ))
+}
+
+/// The checkpoint a tool call names: its tree and the id `checkpoint` gave.
+fn named(dir: &Path, id: &str) -> Checkpoint {
+    Checkpoint {
+        dir: dir.to_path_buf(),
+        id: id.trim().to_owned(),
+    }
 }
 
 /// One line per change, or `none` when there are none.
